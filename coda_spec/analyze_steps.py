@@ -1,0 +1,457 @@
+"""Per-step typing for ``analyze``: walk kernels, host steps and finalizes in order.
+
+Each epilogue item is typed by its primitive's ``infer`` (dispatch on ``op.prim`` via the
+registry, operands resolved through the primitive's declared ports). The walker tracks which chain
+tensors exist at each point, which have been consumed in place (``add_to``), and which reduction
+partials still wait for a finalize.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coda_spec.dims import DimError, fold
+from coda_spec.errors import Diagnostic, did_you_mean
+from coda_spec.finalize import NEEDS_N
+from coda_spec.ir import Loc
+from coda_spec.primitives._reduce import FOLDS
+from coda_spec.primitives.base import INDEX_DTYPES, PAIR, TypeProblem, VType, double, half
+
+_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int64": 8}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple  # folded dims (int or dynamic-dim name)
+    dtype: str
+    origin: str  # input | grad_in | stored | finalized | partial
+    producer: str  # step name ("" for inputs)
+    loc: Loc = field(compare=False)
+    ignore_index: int | None = None
+    partial: tuple | None = None  # (kind, reduce op, width, group) for partials
+    add_to: str | None = None  # the input this output accumulated into, in place
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    name: str
+    kind: str
+    reads: tuple
+    writes: tuple
+    rows: object = None
+    width: object = None
+    k: object = None
+    mode: str = ""
+    values: tuple = ()  # ((name, VType), ...)
+
+
+class _TypeCtx:
+    """What a primitive's ``infer`` may ask about the step it sits in."""
+
+    def __init__(self, rows, width, sizes, has_acc):
+        self.rows, self.width, self.sizes, self.has_acc = rows, width, sizes, has_acc
+
+    def fold(self, expr, key):
+        try:
+            return fold(expr, self.sizes)
+        except DimError as e:
+            raise TypeProblem(str(e), key, e.hint) from e
+
+    def width_ok(self, w) -> bool:
+        return w in (self.width, half(self.width), double(self.width))
+
+    def width_choices(self) -> str:
+        return f"{self.width}, {half(self.width)} or {double(self.width)}"
+
+    @staticmethod
+    def both_literals(op) -> bool:
+        v = op.get(op.prim)
+        return isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)
+
+
+def _load_hint(info) -> str:
+    prim = {2: "load_tile", 0: "load_scalar"}.get(len(info.shape), "load_col or load_row")
+    return f"load it first: - {{{prim.split()[0]}: {info.name}}}"
+
+
+class StepWalker:
+    def __init__(self, src, sizes, prims, diags, warnings, outputs, forward=None):
+        self.src, self.sizes, self.prims = src, sizes, prims
+        self.diags, self.warnings, self.outputs = diags, warnings, outputs
+        self.forward = forward or {}  # backward only: forward tensors (to explain 'save')
+        self.produced: list[TensorInfo] = []
+        self.read: set = set()
+        self.consumed: dict = {}  # name -> (step, new name)
+        self.finalized: set = set()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def err(self, path, msg, hint="", key=False):
+        self.diags.append(self.src.diag(path, msg, hint, key=key))
+
+    def tensor(self, name, scope, path, quiet):
+        """Resolve a chain tensor reference or report why it cannot be read here."""
+        if name in scope:
+            self.read.add(name)
+            return scope[name]
+        if name in quiet:
+            return None
+        if name in self.consumed:
+            step, new = self.consumed[name]
+            self.err(
+                path,
+                f"'{name}' was accumulated into in place by step '{step}'",
+                f"read its new name '{new}'",
+            )
+        elif name in self.forward:
+            self.err(
+                path,
+                f"'{name}' is a forward tensor not listed in backward.save",
+                "add it to backward.save, or recompute it",
+            )
+        else:
+            self.err(path, f"unknown tensor '{name}'", did_you_mean(name, scope))
+        return None
+
+    def tma_rule(self, width, dtype, path, what):
+        per = 16 // _BYTES.get(dtype, 2)
+        if isinstance(width, int) and width % per:
+            self.err(
+                path,
+                f"{what} is {width} wide; {dtype} rows must be a multiple of {per} "
+                "elements (16-byte TMA rows)",
+                f"pad it to {width + per - width % per}",
+            )
+
+    # -- steps -----------------------------------------------------------------------------------
+    def walk(self, steps, scope, quiet) -> tuple:
+        out = []
+        for step in steps:
+            if step.kind == "finalize":
+                out.append(self.finalize(step, scope, quiet))
+            else:
+                out.append(self.epilogue_step(step, scope, quiet))
+        for t in self.produced:
+            if t.origin == "partial" and t.name not in self.finalized:
+                self.err(
+                    t.loc.path,
+                    f"reduction '{t.name}' is never finalized",
+                    f"add a step: - {{finalize: sum, of: {t.name}, as: ...}}",
+                )
+        return tuple(out)
+
+    def _gemm(self, step, scope, quiet):
+        g = step.gemm
+        path = step.loc.path + ("gemm",)
+        infos = {}
+        for key, opnd in (("a", g.a), ("b", g.b)):
+            info = self.tensor(opnd.name, scope, path + (key,), quiet)
+            if info is None:
+                return None
+            if len(info.shape) != 2:
+                self.err(
+                    path + (key,),
+                    f"gemm operand '{opnd.name}' has rank {len(info.shape)}"
+                    "; GEMM operands are matrices",
+                )
+                return None
+            if info.dtype not in ("bf16", "fp16"):
+                self.err(
+                    path + (key,),
+                    f"gemm operand '{opnd.name}' is {info.dtype}; the sm90 "
+                    "mainloop takes bf16 or fp16",
+                    "cast it when it is stored",
+                )
+                return None
+            rows, cols = info.shape
+            infos[key] = (cols, rows) if opnd.transposed else (rows, cols)
+        (m, ka), (kb, n) = infos["a"], infos["b"]
+        a, b = self.tensor(g.a.name, scope, (), quiet), self.tensor(g.b.name, scope, (), quiet)
+        if a.dtype != b.dtype:
+            self.err(path, f"gemm operands differ in dtype ({a.dtype} vs {b.dtype})")
+        if ka != kb:
+            flip = f"{g.b.name}" if g.b.transposed else f"{g.b.name}.T"
+            fixes = infos["b"][::-1][0] == ka
+            self.err(
+                path + ("b",),
+                f"inner dims differ: a is [{m}, {ka}] but b is [{kb}, {n}]",
+                f"did you mean b: {flip}?"
+                if fixes
+                else "acc = a @ b needs a's columns "
+                "to equal b's rows; write NAME.T to transpose a torch Linear weight",
+            )
+            return None
+        self.tma_rule(ka, a.dtype, path, "the reduction dim K")
+        return m, n, ka, a.dtype
+
+    def epilogue_step(self, step, scope, quiet):
+        is_kernel = step.kind == "kernel"
+        env: dict = {}
+        if is_kernel:
+            shape = self._gemm(step, scope, quiet)
+            if shape is None:
+                return StepInfo(step.name, step.kind, (), ())
+            rows, width, k, dtype = shape
+            env["acc"] = [VType("tile", width), step.gemm.loc, True]
+            ops = step.epilogue
+        else:
+            over = self.tensor(step.over, scope, step.loc.path + ("over",), quiet)
+            if over is None:
+                return StepInfo(step.name, step.kind, (), ())
+            if len(over.shape) != 2:
+                self.err(
+                    step.loc.path + ("over",),
+                    f"host steps iterate over a matrix; '{step.over}' has rank {len(over.shape)}",
+                )
+                return StepInfo(step.name, step.kind, (), ())
+            (rows, width), k = over.shape, None
+            dtype = over.dtype if over.dtype not in INDEX_DTYPES else "fp32"
+            ops = step.body
+        tc = _TypeCtx(rows, width, self.sizes, is_kernel)
+        reads, writes, wrote = [], [], False
+        for op in ops:
+            wrote |= self._op(step, op, env, scope, quiet, tc, dtype, reads, writes)
+        if not wrote:
+            self.err(
+                step.loc.path, f"step '{step.name}' writes nothing", "add a store or a reduction"
+            )
+        for name, (t, loc, used) in env.items():
+            if not used:
+                self.warnings.append(
+                    Diagnostic(
+                        self.src.file,
+                        loc.line,
+                        loc.col,
+                        self.src.diag(loc.path, "").path,
+                        f"value '{name}' is never used",
+                        severity="warning",
+                    )
+                )
+        mode = self._mode(step, env, ops, width)
+        values = tuple((n, v[0]) for n, v in env.items())
+        return StepInfo(
+            step.name,
+            step.kind,
+            tuple(dict.fromkeys(reads)),
+            tuple(writes),
+            rows,
+            width,
+            k,
+            mode,
+            values,
+        )
+
+    def _mode(self, step, env, ops, width):
+        widths = {v[0].width for v in env.values() if v[0].kind == "tile"}
+        narrow, wide = half(width) in widths, double(width) in widths
+        if narrow and wide:
+            self.err(
+                step.loc.path,
+                "a kernel cannot mix half-width (pair) and double-width (packed) tiles",
+            )
+        if wide:
+            return "packed_pair"
+        if narrow or any(self.prims[o.prim].family == PAIR for o in ops):
+            return "acc_pair"
+        return "plain"
+
+    def _operand(self, raw, path, env, scope, later):
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return VType("scalar")
+        if raw in env:
+            env[raw][2] = True
+            return env[raw][0]
+        if raw == "acc":
+            self.err(path, "host steps have no accumulator 'acc'", "load a tile instead")
+        elif raw in later:
+            self.err(
+                path,
+                f"value '{raw}' is used before it is defined (line {later[raw]})",
+                "move this item after its definition",
+            )
+        elif raw in scope:
+            self.err(
+                path, f"'{raw}' is a chain tensor, not an epilogue value", _load_hint(scope[raw])
+            )
+        else:
+            self.err(path, f"unknown value '{raw}'", did_you_mean(raw, list(env)))
+        return None
+
+    def _op(self, step, op, env, scope, quiet, tc, dtype, reads, writes) -> bool:
+        p = self.prims[op.prim]
+        path = op.loc.path
+        ops = step.epilogue if step.kind == "kernel" else step.body
+        idx = ops.index(op)
+        later = {r: o.loc.line for o in ops[idx + 1 :] for r in o.results}
+        ins, ok = {}, True
+        for key in p.operands:
+            raw = op.get(key)
+            if isinstance(raw, list):
+                vals = [
+                    self._operand(x, path + (key, i), env, scope, later) for i, x in enumerate(raw)
+                ]
+                ok &= all(v is not None for v in vals)
+                ins[key] = vals
+            elif raw is not None:
+                ins[key] = self._operand(raw, path + (key,), env, scope, later)
+                ok &= ins[key] is not None
+        tensors = {}
+        for key in p.tensors:
+            raw = op.get(key)
+            if raw is not None:
+                tensors[key] = self.tensor(raw, scope, path + (key,), quiet)
+                ok &= tensors[key] is not None
+                reads.append(raw)
+        results = None
+        if ok:
+            try:
+                results = p.infer(tc, op, ins, tensors)
+            except TypeProblem as e:
+                self.err(path + ((e.key,) if e.key else ()), e.message, e.hint)
+        if p.results == "none":
+            if results is not None:
+                self._store(step, op, results[0], tensors, scope, tc, dtype, writes)
+            return True
+        if results is not None and len(results) != len(op.results):
+            self.err(path + ("as",), f"'{op.prim}' has {len(results)} results; name each in as")
+            results = None
+        self._bind(step, op, results, env, scope, p, tc, writes)
+        if results and p.tensors and op.prim.startswith("load_tile"):
+            self.tma_rule(results[0].width, tensors[p.tensors[0]].dtype, path, "the loaded tile")
+        return p.family == "reduction"
+
+    def _bind(self, step, op, results, env, scope, p, tc, writes):
+        for i, name in enumerate(op.results):
+            path = op.loc.path + ("as",) + ((i,) if len(op.results) > 1 else ())
+            is_load = bool(p.tensors) and op.get(p.tensors[0]) == name
+            if name == "acc":
+                self.err(path, "'acc' is the accumulator; choose another name")
+                continue
+            if name in env:
+                self.err(
+                    path,
+                    f"'{name}' is already defined in this epilogue (line {env[name][1].line})",
+                    "every value is named once",
+                )
+                continue
+            if name in scope and not is_load:
+                self.err(path, f"'{name}' shadows chain tensor '{name}'", "choose a new name")
+                continue
+            vt = results[i] if results else VType("unknown")
+            if vt.kind in ("rowpart", "colpart"):
+                self._partial(step, op, name, vt, tc, scope, writes)
+                continue
+            env[name] = [vt, op.loc, False]
+
+    def _partial(self, step, op, name, vt, tc, scope, writes):
+        if vt.kind == "rowpart":
+            shape = (
+                (tc.rows,)
+                if not vt.group
+                else (tc.rows, vt.width // vt.group if isinstance(vt.width, int) else "?")
+            )
+        else:
+            shape = (vt.width,)
+        info = TensorInfo(
+            name,
+            shape,
+            "fp32",
+            "partial",
+            step.name,
+            op.loc,
+            partial=(vt.kind, op.get(op.prim), vt.width, vt.group, tc.rows),
+        )
+        self.produced.append(info)
+        scope[name] = info
+        writes.append(name)
+
+    def _store(self, step, op, vt, tensors, scope, tc, dtype, writes):
+        to, path = op.get("to"), op.loc.path
+        shape = (tc.rows, vt.width) if vt.kind == "tile" else (tc.rows,)
+        default = dtype if vt.kind == "tile" else "fp32"
+        declared = op.get("dtype")
+        want = self.outputs.get(to)
+        if declared and want and declared != want:
+            self.err(
+                path + ("dtype",),
+                f"store writes {declared} but outputs declares '{to}' as {want}",
+                "make them agree",
+            )
+        dt = declared or want or default
+        if vt.kind == "tile":
+            self.tma_rule(vt.width, dt, path, f"stored tile '{to}'")
+        init = op.get("add_to")
+        if init is not None and tensors.get("add_to") is not None:
+            t = tensors["add_to"]
+            if tuple(t.shape) != shape or t.dtype != dt:
+                self.err(
+                    path + ("add_to",),
+                    f"add_to target '{init}' is {t.dtype} "
+                    f"{list(t.shape)} but the stored value is {dt} {list(shape)}",
+                )
+            scope.pop(init, None)
+            self.consumed[init] = (step.name, to)
+        if to in scope and scope[to].producer != step.name:
+            return  # duplicate already reported by the order checks
+        info = TensorInfo(to, shape, dt, "stored", step.name, op.loc, add_to=init)
+        self.produced.append(info)
+        scope[to] = info
+        writes.append(to)
+
+    def finalize(self, step, scope, quiet):
+        path = step.loc.path
+        info = self.tensor(step.of, scope, path + ("of",), quiet)
+        if info is None:
+            return StepInfo(step.name, "finalize", (), ())
+        if info.origin != "partial":
+            self.err(
+                path + ("of",),
+                f"'{step.of}' is not a reduction partial",
+                "finalize reads the 'as' name of a reduce_row/reduce_col",
+            )
+            return StepInfo(step.name, "finalize", (), ())
+        self.finalized.add(step.of)
+        kind, rop, width, group, rows = info.partial
+        if step.op not in FOLDS[rop]:
+            self.err(
+                path + ("finalize",),
+                f"'{step.op}' cannot fold '{rop}' partials",
+                "use " + " or ".join(FOLDS[rop]),
+            )
+        if step.op == "rsqrt_mean" and step.eps is None:
+            self.err(path, "rsqrt_mean needs eps", "e.g. eps: 1.0e-6")
+        if step.eps is not None and step.op != "rsqrt_mean":
+            self.err(path + ("eps",), f"eps applies to rsqrt_mean only, not '{step.op}'")
+        if step.n is not None:
+            if step.op not in NEEDS_N:
+                self.err(path + ("n",), "n applies to mean and rsqrt_mean only")
+            try:
+                fold(step.n, self.sizes)
+            except DimError as e:
+                self.err(path + ("n",), str(e), e.hint)
+        shape = info.shape
+        out = TensorInfo(step.result, shape, "fp32", "finalized", step.name, step.loc)
+        if step.result not in scope:
+            self.produced.append(out)
+            scope[step.result] = out
+        want = self.outputs.get(step.result)
+        if want and want != "fp32":
+            self.err(
+                path + ("as",),
+                f"finalize results are fp32; outputs declares '{step.result}' as {want}",
+            )
+        return StepInfo(step.name, "finalize", (step.of,), (step.result,), rows)
+
+    def check_unused(self, spec, outputs, warnings):
+        for t in spec.tensors:
+            if t.name not in self.read and not (spec.backward and t.name in spec.backward.save):
+                warnings.append(
+                    Diagnostic(
+                        self.src.file,
+                        t.loc.line,
+                        t.loc.col,
+                        f"tensors.{t.name}",
+                        f"input '{t.name}' is never read",
+                        severity="warning",
+                    )
+                )

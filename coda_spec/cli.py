@@ -1,0 +1,169 @@
+"""The ``coda`` command line.
+
+Commands: ``check`` (validate specs, located errors), ``schema`` (print the JSON Schema),
+``primitives`` (list the registry). Exit codes (stable): 0 ok, 1 tool failure, 2 invalid spec.
+No Python traceback reaches a user: unexpected failures print one line and exit 1 (set
+``CODA_DEBUG=1`` to see the traceback). ``check`` imports neither torch nor quack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from coda_spec.errors import (
+    EXIT_INVALID_SPEC,
+    EXIT_OK,
+    EXIT_TOOL_FAILURE,
+    Diagnostic,
+    SpecError,
+    ToolError,
+    render_text,
+)
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def expand_paths(paths) -> list[Path]:
+    """Files as given; folders searched recursively for *.yaml / *.yml, sorted."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
+        else:
+            out.append(p)
+    return out
+
+
+def _summary(checked) -> str:
+    kinds = [s.kind for s in checked.spec.steps]
+    parts = [
+        f"{kinds.count(k)} {k}{'s' if kinds.count(k) != 1 else ''}"
+        for k in ("kernel", "finalize", "host")
+        if k in kinds
+    ]
+    if checked.spec.backward is not None:
+        parts.append(f"backward: {len(checked.spec.backward.steps)} steps")
+    return ", ".join(parts)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="coda-spec", prog_name="coda")
+def main():
+    """coda: declarative GEMM-epilogue fusion specs for Hopper (sm_90a)."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="text (compiler style, default) or json (a list of diagnostics).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print only problems.")
+def check(paths, fmt, quiet):
+    """Validate spec files (or folders of them): schema first, then semantics.
+
+    Every error is reported as FILE:LINE:COL: error: SPEC_PATH: MESSAGE; HINT. Exit status: 0 all
+    valid, 2 some spec invalid, 1 a file could not be read.
+    """
+    from coda_spec.frontend import check_file
+    from coda_spec.source import load_source
+
+    start = time.perf_counter()
+    files = expand_paths(paths)
+    diags: list[Diagnostic] = []
+    tool_failed, invalid, ok = False, 0, 0
+    lines_of: dict = {}
+    if not files:
+        click.echo(f"error: no spec files under {' '.join(paths)}", err=True)
+        sys.exit(EXIT_TOOL_FAILURE)
+    for f in files:
+        try:
+            checked = check_file(f)
+        except SpecError as e:
+            invalid += 1
+            diags.extend(e.diagnostics)
+            try:
+                lines_of[str(f)] = load_source(f).lines
+            except (SpecError, ToolError):
+                lines_of[str(f)] = _raw_lines(f)
+            continue
+        except ToolError as e:
+            tool_failed = True
+            diags.append(Diagnostic(str(f), 0, 0, "<file>", str(e).split(": ", 1)[-1]))
+            continue
+        ok += 1
+        diags.extend(checked.analysis.warnings)
+        lines_of[str(f)] = checked.source.lines
+        if fmt == "text" and not quiet:
+            click.echo(f"ok: {f}: {checked.spec.name} ({_summary(checked)})")
+    elapsed = time.perf_counter() - start
+    if fmt == "json":
+        click.echo(json.dumps([d.to_json() for d in diags], indent=2))
+    else:
+        for d in diags:
+            click.echo(render_text(d, lines_of.get(d.file)), err=d.severity == "error")
+        errors = sum(d.severity == "error" for d in diags)
+        if not quiet or errors:
+            click.echo(
+                f"{len(files)} spec(s): {ok} valid, {invalid} invalid, {errors} error(s) "
+                f"in {elapsed:.2f}s",
+                err=bool(errors),
+            )
+    sys.exit(EXIT_TOOL_FAILURE if tool_failed else EXIT_INVALID_SPEC if invalid else EXIT_OK)
+
+
+def _raw_lines(path) -> list[str] | None:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+
+
+@main.command()
+def schema():
+    """Print the JSON Schema of spec language v1 (for editors and LLM tools)."""
+    from coda_spec.schema import schema_json
+
+    click.echo(schema_json(), nl=False)
+
+
+@main.command()
+def primitives():
+    """List every epilogue primitive with its family and one-line summary."""
+    from coda_spec.primitives import registry
+
+    for name, p in sorted(registry().items(), key=lambda kv: (kv[1].family, kv[0])):
+        click.echo(f"{p.family:<12} {name:<14} {p.summary}")
+        click.echo(f"{'':<27} e.g. {p.example.lstrip('- ')}")
+
+
+def run():
+    """Console-script entry: no traceback ever reaches the user."""
+    try:
+        main(standalone_mode=True)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        if os.environ.get("CODA_DEBUG"):
+            raise
+        click.echo(
+            f"coda: internal error: {type(e).__name__}: {e} (set CODA_DEBUG=1 for a traceback)",
+            err=True,
+        )
+        sys.exit(EXIT_TOOL_FAILURE)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,113 @@
+"""Dimension expressions: ``4096``, ``D``, ``2*F``, ``D/head_dim``.
+
+A spec declares named dims in ``dims:``; each is a positive integer (static) or ``dynamic``
+(known only at call time, like the token count ``M``). Shapes are lists of dim expressions.
+Static expressions fold to integers at check time so shape rules (N % 8, even N for pairs,
+head_dim | N) are checked before anything compiles. A dynamic dim may only appear alone: a shape
+``[2*M]`` would make the kernel's grid depend on arithmetic the runtime cannot validate cheaply.
+
+A folded dim is an ``int`` or the name of a dynamic dim (``"M"``); two shapes agree when their
+folded dims are equal. :func:`evaluate` re-folds with concrete sizes (verify's ``--dims``).
+"""
+
+from __future__ import annotations
+
+import ast
+
+DYNAMIC = "dynamic"
+Folded = int | str
+
+
+class DimError(ValueError):
+    """An expression is malformed, names an unknown dim, or is not an exact positive integer."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+def _parse(expr: str) -> ast.expr:
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as e:
+        raise DimError(
+            f"cannot parse dim expression {expr!r}", "use names, integers and + - * /, e.g. '2*F'"
+        ) from e
+    return tree.body
+
+
+def names_in(expr: int | str) -> tuple[str, ...]:
+    """Dim names an expression mentions (empty for an integer)."""
+    if isinstance(expr, int):
+        return ()
+    return tuple(sorted({n.id for n in ast.walk(_parse(expr)) if isinstance(n, ast.Name)}))
+
+
+def fold(expr: int | str, sizes: dict[str, int | None]) -> Folded:
+    """Fold ``expr`` with ``sizes`` (None = dynamic). Raises DimError."""
+    if isinstance(expr, bool):
+        raise DimError(f"dim {expr!r} is not an integer")
+    if isinstance(expr, int):
+        if expr <= 0:
+            raise DimError(f"dim {expr} must be positive")
+        return expr
+    node = _parse(str(expr))
+    if isinstance(node, ast.Name):
+        if node.id not in sizes:
+            from coda_spec.errors import did_you_mean
+
+            raise DimError(
+                f"unknown dim '{node.id}'",
+                did_you_mean(node.id, sizes) or "declare it under 'dims:'",
+            )
+        return node.id if sizes[node.id] is None else sizes[node.id]
+    value = _eval(node, sizes, str(expr))
+    if value <= 0:
+        raise DimError(f"dim expression {expr!r} is {value}; dims must be positive")
+    return value
+
+
+def _eval(node: ast.expr, sizes: dict[str, int | None], text: str) -> int:
+    from coda_spec.errors import did_you_mean
+
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+    ):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in sizes:
+            raise DimError(f"unknown dim '{node.id}' in {text!r}", did_you_mean(node.id, sizes))
+        if sizes[node.id] is None:
+            raise DimError(
+                f"dynamic dim '{node.id}' cannot appear inside an expression ({text!r})",
+                "only static dims take part in dim arithmetic",
+            )
+        return sizes[node.id]
+    if isinstance(node, ast.BinOp) and isinstance(
+        node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv)
+    ):
+        a, b = _eval(node.left, sizes, text), _eval(node.right, sizes, text)
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        if b == 0 or a % b:
+            raise DimError(f"{text!r} is not an exact integer ({a} / {b})")
+        return a // b
+    raise DimError(f"unsupported dim expression {text!r}", "use names, integers and + - * /")
+
+
+def evaluate(expr: int | str, sizes: dict[str, int]) -> int:
+    """Fold with every dim concrete; returns an int."""
+    out = fold(expr, dict(sizes))
+    if not isinstance(out, int):
+        raise DimError(f"dim '{out}' has no size", f"pass it, e.g. --dims {out}=1024")
+    return out
+
+
+def show(folded: tuple[Folded, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in folded) + "]"

@@ -1,0 +1,93 @@
+"""Diagnostics: located, collected, rendered the way compilers render them.
+
+Contract
+--------
+Every user-facing problem is a :class:`Diagnostic` carrying the file, a 1-based line and column,
+the *spec path* (``steps[0].epilogue[1]``), a message, and an optional hint (usually a
+did-you-mean). A phase collects all of its diagnostics and raises one :class:`SpecError`
+holding them, so the user sees every problem of that phase at once. The CLI renders them as
+
+    specs/x.yaml:4:9: error: steps[0].epilogue[1]: unknown primitive 'rleu'; did you mean 'relu'?
+        - {rleu: acc, as: y}
+           ^
+
+or as JSON (``--format json``). Nothing here imports torch, yaml or jsonschema.
+
+Exit codes are stable and live here so every command agrees on them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass
+
+EXIT_OK = 0
+EXIT_TOOL_FAILURE = 1
+EXIT_INVALID_SPEC = 2
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One located problem. ``line``/``col`` are 1-based; 0 means "whole file"."""
+
+    file: str
+    line: int
+    col: int
+    path: str
+    message: str
+    hint: str = ""
+    severity: str = "error"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class SpecError(Exception):
+    """A spec is invalid. Holds every diagnostic of the phase that found the problems."""
+
+    def __init__(self, diagnostics: list[Diagnostic] | tuple[Diagnostic, ...]):
+        self.diagnostics = tuple(diagnostics)
+        first = self.diagnostics[0].message if self.diagnostics else "invalid spec"
+        super().__init__(f"{len(self.diagnostics)} error(s); first: {first}")
+
+
+class ToolError(Exception):
+    """coda itself (or something it drives) failed; the spec may be fine. Exit code 1."""
+
+
+def did_you_mean(word: str, candidates, n: int = 1) -> str:
+    """Return ``"did you mean 'x'?"`` for the closest candidate, or ``""``."""
+    pool = sorted({str(c) for c in candidates})
+    close = difflib.get_close_matches(str(word), pool, n=n, cutoff=0.6)
+    if not close and len(str(word)) >= 3:
+        # Prefix/containment matches catch abbreviations such as 'rsqrt_m' -> 'rsqrt_mean'.
+        close = [c for c in pool if c.startswith(str(word)) or str(word) in c][:n]
+    if not close:
+        return ""
+    return "did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+
+
+def format_path(path: tuple) -> str:
+    """``('steps', 0, 'epilogue', 1)`` -> ``steps[0].epilogue[1]``; ``()`` -> ``<root>``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+def render_text(diag: Diagnostic, source_lines: list[str] | None) -> str:
+    """Render one diagnostic with its source line and a caret under the column."""
+    where = f"{diag.file}:{diag.line}:{diag.col}" if diag.line else diag.file
+    msg = f"{where}: {diag.severity}: {diag.path}: {diag.message}"
+    if diag.hint:
+        msg += f"; {diag.hint}"
+    if source_lines and 0 < diag.line <= len(source_lines):
+        text = source_lines[diag.line - 1].rstrip("\n")
+        if len(text) > 200:
+            text = text[:200] + " ..."
+        caret = " " * max(diag.col - 1, 0) + "^"
+        msg += f"\n    {text}\n    {caret}"
+    return msg

@@ -1,0 +1,199 @@
+"""The equivalence language: ``equivalent_to`` programs and ``derive`` expressions.
+
+``equivalent_to`` states the UNFUSED math a chain replaces, with standard ops only, as a few
+Python-syntax assignments::
+
+    equivalent_to: |
+      x1 = x + y @ w_o.T
+      out = rms_norm(x1, gamma, 1e-6) @ w_up.T
+
+Every assigned name that is also a chain output is compared with the spec's own math; other names
+are temporaries. Free names must be chain inputs (or dims, which read as integers), never the
+chain's intermediates, so the equivalence cannot restate the fused steps. ``vjp(y, x, dy)`` is the
+vector-Jacobian product (torch.autograd) of ``y`` with respect to the input ``x``: backward specs
+state their gradients this way, so they are checked against autograd, not against a hand-derived
+formula. ``derive`` (on a tensor) is one expression in the same language that makes an input
+consistent with others, e.g. ``rsqrt(mean(square(x), -1) + 1e-6)`` for a saved rstd.
+
+The parser and checker here import nothing heavy (``coda check`` must not import torch); the torch
+implementations of the whitelisted functions are built only when a program is evaluated.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from coda_spec.errors import did_you_mean
+
+FUNCTIONS = {
+    "matmul": "matrix product (same as @)",
+    "rms_norm": "rms_norm(x, weight, eps): x * rsqrt(mean(x^2, -1) + eps) * weight",
+    "silu": "x * sigmoid(x)",
+    "sigmoid": "logistic",
+    "relu": "max(x, 0)",
+    "gelu": "gelu(x, approximate='tanh'|'none'); default 'none' as in torch",
+    "tanh": "",
+    "exp": "",
+    "log": "",
+    "sqrt": "",
+    "rsqrt": "",
+    "square": "",
+    "abs": "",
+    "cos": "",
+    "sin": "",
+    "softmax": "softmax(x, dim)",
+    "log_softmax": "log_softmax(x, dim)",
+    "logsumexp": "logsumexp(x, dim)",
+    "sum": "sum(x, dim)",
+    "mean": "mean(x, dim)",
+    "amax": "amax(x, dim)",
+    "where": "where(cond, a, b)",
+    "stack": "stack([a, b], dim)",
+    "cat": "cat([a, b], dim)",
+    "gather": "gather(x, dim, index)",
+    "clamp": "clamp(x, min=, max=)",
+    "one_hot": "one_hot(index, num_classes)",
+    "cross_entropy": "cross_entropy(logits, target, ignore_index=-100, reduction='none')",
+    "apply_rotary_emb": "Llama's interleaved RoPE: x pairs as complex numbers times "
+    "exp(i * theta), theta of shape [rows, W/2]",
+    "vjp": "vjp(y, x, dy): vector-Jacobian product dy^T dy/dx by torch.autograd",
+}
+METHODS = ("flatten", "reshape", "unsqueeze", "sum", "mean", "amax", "abs")
+_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow)
+_CMPOPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+class ExprError(ValueError):
+    """A located problem in a program: ``line``/``col`` are 1-based within the program text."""
+
+    def __init__(self, message: str, line: int = 1, col: int = 1, hint: str = ""):
+        super().__init__(message)
+        self.message, self.line, self.col, self.hint = message, line, col, hint
+
+
+@dataclass(frozen=True)
+class Program:
+    text: str
+    statements: tuple  # ((target or None, ast.expr), ...)
+
+    @property
+    def targets(self) -> tuple:
+        return tuple(t for t, _ in self.statements if t)
+
+
+def parse(text: str, single_expression: bool = False) -> Program:
+    """Parse and syntax-check a program (or one expression). Raises ExprError."""
+    try:
+        tree = ast.parse(text, mode="eval" if single_expression else "exec")
+    except SyntaxError as e:
+        raise ExprError(f"syntax error: {e.msg}", e.lineno or 1, e.offset or 1) from e
+    if single_expression:
+        return Program(text, ((None, tree.body),))
+    stmts = []
+    for s in tree.body:
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
+            stmts.append((s.targets[0].id, s.value))
+        else:
+            raise ExprError("each line must be 'name = expression'", s.lineno, s.col_offset + 1)
+    if not stmts:
+        raise ExprError("empty program", 1, 1, "write at least one 'output = expression' line")
+    return Program(text, tuple(stmts))
+
+
+def check(prog: Program, inputs: set, dims: set) -> list[ExprError]:
+    """Names, functions and node kinds; returns every problem found."""
+    problems: list[ExprError] = []
+    defined: set = set()
+    for target, node in prog.statements:
+        _check_node(node, inputs, dims, defined, problems)
+        if target:
+            if target in inputs:
+                problems.append(
+                    ExprError(f"'{target}' is a chain input; assign a new name", node.lineno, 1)
+                )
+            defined.add(target)
+    return problems
+
+
+def _check_node(node, inputs, dims, defined, problems):
+    def bad(n, msg, hint=""):
+        problems.append(
+            ExprError(msg, getattr(n, "lineno", 1), getattr(n, "col_offset", 0) + 1, hint)
+        )
+
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            if (
+                n.id not in inputs
+                and n.id not in dims
+                and n.id not in defined
+                and (n.id not in FUNCTIONS)
+            ):
+                bad(
+                    n,
+                    f"unknown name '{n.id}'",
+                    did_you_mean(n.id, inputs | dims | defined)
+                    or "equivalent_to may read only chain inputs, dims and its own names",
+                )
+        elif isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name):
+                if n.func.id not in FUNCTIONS:
+                    bad(n, f"unknown function '{n.func.id}'", did_you_mean(n.func.id, FUNCTIONS))
+                elif n.func.id == "vjp" and (
+                    len(n.args) != 3
+                    or not isinstance(n.args[1], ast.Name)
+                    or n.args[1].id not in inputs
+                ):
+                    bad(n, "vjp(y, x, dy) needs x to be a chain input name")
+            elif isinstance(n.func, ast.Attribute):
+                if n.func.attr not in METHODS:
+                    bad(n, f"unknown method '.{n.func.attr}()'", did_you_mean(n.func.attr, METHODS))
+            else:
+                bad(n, "only named functions can be called")
+        elif isinstance(n, ast.Attribute):
+            if n.attr != "T" and n.attr not in METHODS:
+                bad(n, f"unknown attribute '.{n.attr}'", "only .T and a few methods are allowed")
+        elif isinstance(n, ast.BinOp) and not isinstance(n.op, _BINOPS):
+            bad(n, f"operator {type(n.op).__name__} is not allowed")
+        elif isinstance(n, ast.Compare) and not all(isinstance(o, _CMPOPS) for o in n.ops):
+            bad(n, "comparison operator not allowed")
+        elif isinstance(
+            n,
+            (
+                ast.Lambda,
+                ast.ListComp,
+                ast.DictComp,
+                ast.SetComp,
+                ast.GeneratorExp,
+                ast.NamedExpr,
+                ast.Await,
+                ast.Yield,
+                ast.IfExp,
+                ast.Dict,
+                ast.Set,
+                ast.JoinedStr,
+                ast.Starred,
+            ),
+        ):
+            bad(n, f"{type(n).__name__} is not allowed in equivalence programs")
+
+
+def free_names(prog: Program) -> set:
+    """Names a program reads that it does not define (inputs and dims)."""
+    defined, out = set(), set()
+    for target, node in prog.statements:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id not in defined and n.id not in FUNCTIONS:
+                out.add(n.id)
+        if target:
+            defined.add(target)
+    return out
+
+
+def uses_vjp(prog: Program) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "vjp"
+        for _, node in prog.statements
+        for n in ast.walk(node)
+    )

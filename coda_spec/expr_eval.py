@@ -1,0 +1,145 @@
+"""Evaluate equivalence programs (``coda_spec.expr``) with torch.
+
+Only the whitelisted functions exist; the AST is walked node by node (no ``eval``). Standard ops
+map to torch's own implementations (``F.rms_norm``, ``F.cross_entropy``, complex-number RoPE as in
+Meta's Llama reference), deliberately independent of the primitives' reference math.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import torch
+import torch.nn.functional as F
+
+from coda_spec.expr import Program, uses_vjp
+
+
+def _rms_norm(x, weight, eps):
+    return F.rms_norm(x, (x.shape[-1],), weight, float(eps))
+
+
+def _rotary(x, theta):
+    xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+    rot = torch.polar(torch.ones_like(theta), theta)
+    return torch.view_as_real(xc * rot).flatten(-2)
+
+
+def _vjp(y, x, dy):
+    (g,) = torch.autograd.grad(y, x, dy, retain_graph=True, allow_unused=True)
+    return torch.zeros_like(x) if g is None else g
+
+
+def _cross_entropy(logits, target, ignore_index=-100, reduction="none"):
+    return F.cross_entropy(logits, target.long(), ignore_index=ignore_index, reduction=reduction)
+
+
+def _sum(x, dim=None):
+    return x.sum() if dim is None else x.sum(dim)
+
+
+FUNCS = {
+    "matmul": torch.matmul,
+    "rms_norm": _rms_norm,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "tanh": torch.tanh,
+    "exp": torch.exp,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+    "square": torch.square,
+    "abs": torch.abs,
+    "cos": torch.cos,
+    "sin": torch.sin,
+    "softmax": torch.softmax,
+    "log_softmax": torch.log_softmax,
+    "logsumexp": torch.logsumexp,
+    "sum": _sum,
+    "mean": torch.mean,
+    "amax": torch.amax,
+    "where": torch.where,
+    "stack": torch.stack,
+    "cat": torch.cat,
+    "gather": lambda x, d, i: torch.gather(x, d, i.long()),
+    "clamp": torch.clamp,
+    "one_hot": lambda i, n: F.one_hot(i.long(), n).double(),
+    "cross_entropy": _cross_entropy,
+    "apply_rotary_emb": _rotary,
+    "vjp": _vjp,
+}
+
+_BIN = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.MatMult: lambda a, b: a @ b,
+    ast.Pow: lambda a, b: a**b,
+}
+_CMP = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+def _ev(node, env):
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id] if node.id in env else FUNCS[node.id]
+    if isinstance(node, ast.BinOp):
+        return _BIN[type(node.op)](_ev(node.left, env), _ev(node.right, env))
+    if isinstance(node, ast.UnaryOp):
+        v = _ev(node.operand, env)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.Compare):
+        return _CMP[type(node.ops[0])](_ev(node.left, env), _ev(node.comparators[0], env))
+    if isinstance(node, ast.Call):
+        args = [_ev(a, env) for a in node.args]
+        kwargs = {k.arg: _ev(k.value, env) for k in node.keywords}
+        if isinstance(node.func, ast.Attribute):
+            return getattr(_ev(node.func.value, env), node.func.attr)(*args, **kwargs)
+        return FUNCS[node.func.id](*args, **kwargs)
+    if isinstance(node, ast.Attribute):  # .T
+        return _ev(node.value, env).T
+    if isinstance(node, ast.Subscript):
+        return _ev(node.value, env)[_ev(node.slice, env)]
+    if isinstance(node, ast.Slice):
+        return slice(
+            *(None if p is None else _ev(p, env) for p in (node.lower, node.upper, node.step))
+        )
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items = [_ev(e, env) for e in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+    raise ValueError(f"cannot evaluate {type(node).__name__}")
+
+
+def evaluate(prog: Program, env: dict) -> dict:
+    """Run ``prog`` over ``env`` (name -> tensor or int); returns every assigned name."""
+    env = dict(env)
+    grad = uses_vjp(prog)
+    if grad:
+        env = {
+            k: (
+                v.detach().clone().requires_grad_(True)
+                if isinstance(v, torch.Tensor) and v.is_floating_point()
+                else v
+            )
+            for k, v in env.items()
+        }
+    out = {}
+    with torch.enable_grad() if grad else torch.no_grad():
+        for target, node in prog.statements:
+            value = _ev(node, env)
+            if target is None:
+                return {None: value.detach() if isinstance(value, torch.Tensor) else value}
+            env[target] = value
+            out[target] = value
+    return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}

@@ -1,0 +1,87 @@
+"""Random chain inputs for the reference, equivalence checks and verify.
+
+Policy (documented in docs/spec-language.md): never zeros; float tensors are standard normal,
+except GEMM operands read as weights (the ``b`` side), which are scaled by 1/sqrt(K) so
+activations stay O(1); ``range: [lo, hi]`` draws uniformly (integers in [lo, hi)); integer tensors
+with ``ignore_index`` get that value in about 1 row in 8. Values are rounded to each tensor's
+declared dtype, so the fp64 reference sees exactly the bits a kernel would. Inputs with
+``derive`` are computed from the others with the equivalence language: exactly (fp64) for the
+algebra checks, rounded to their dtype for low-precision runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from coda_spec import dims as dimmod
+from coda_spec.expr import parse
+from coda_spec.expr_eval import evaluate
+from coda_spec.reference import TORCH_DTYPES
+
+
+def _weight_scales(spec, sizes) -> dict:
+    out = {}
+    for step in list(spec.steps) + list(spec.backward.steps if spec.backward else ()):
+        if step.kind != "kernel":
+            continue
+        t = spec.tensor(step.gemm.b.name)
+        if t is None:
+            continue
+        k_axis = 1 if step.gemm.b.transposed else 0
+        k = dimmod.evaluate(t.shape[k_axis], sizes)
+        out[t.name] = 1.0 / math.sqrt(k)
+    return out
+
+
+def _draw(t, shape, sizes, gen, scale):
+    if t.range is not None:
+        lo, hi = (dimmod.evaluate(b, sizes) if isinstance(b, str) else b for b in t.range)
+        if t.dtype in ("int32", "int64"):
+            x = torch.randint(int(lo), int(hi), shape, generator=gen, dtype=torch.int64)
+            if t.ignore_index is not None and x.numel():
+                mask = torch.rand(shape, generator=gen) < 0.125
+                x = torch.where(mask, torch.full_like(x, t.ignore_index), x)
+            return x.to(TORCH_DTYPES[t.dtype])
+        x = torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+    else:
+        x = torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+    return x.to(TORCH_DTYPES[t.dtype])
+
+
+def make_inputs(spec, sizes: dict, seed: int = 0) -> tuple[dict, dict]:
+    """Returns (inputs in their declared dtypes, the same in fp64 with exact derived inputs)."""
+    gen = torch.Generator().manual_seed(seed)
+    scales = _weight_scales(spec, sizes)
+    low, exact = {}, {}
+    for t in spec.tensors:
+        if t.derive is not None:
+            continue
+        shape = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
+        low[t.name] = _draw(t, shape, sizes, gen, scales.get(t.name, 1.0))
+        exact[t.name] = low[t.name].double() if low[t.name].is_floating_point() else low[t.name]
+    env = {**exact, **{k: v for k, v in sizes.items()}}
+    for t in spec.tensors:
+        if t.derive is None:
+            continue
+        value = evaluate(parse(t.derive, single_expression=True), env)[None]
+        exact[t.name] = value.double()
+        low[t.name] = value.to(TORCH_DTYPES[t.dtype])
+        env[t.name] = exact[t.name]
+    return low, exact
+
+
+def make_grads(spec, analysis, sizes: dict, seed: int = 1) -> tuple[dict, dict]:
+    """Random incoming cotangents for the backward section (declared dtype, and fp64)."""
+    gen = torch.Generator().manual_seed(seed)
+    low, exact = {}, {}
+    for t in analysis.tensors:
+        if t.origin != "grad_in":
+            continue
+        shape = tuple(dimmod.evaluate(d, sizes) if isinstance(d, str) else d for d in t.shape)
+        low[t.name] = torch.randn(shape, generator=gen, dtype=torch.float64).to(
+            TORCH_DTYPES[t.dtype]
+        )
+        exact[t.name] = low[t.name].double()
+    return low, exact

@@ -1,0 +1,157 @@
+"""The spec IR: frozen dataclasses produced by ``normalize`` and walked by everything else.
+
+Three walkers read this IR: ``analyze`` (kinds, shapes, lowering modes, partial buffers),
+the lowering (generated kernel source) and ``reference`` (torch math). Each epilogue item is a
+generic :class:`Op` whose ``prim`` names its primitive in the registry; walkers dispatch on that
+string and on the primitive's declared ports, never on Python types. Steps dispatch on
+``step.kind`` (``"kernel"``, ``"host"``, ``"finalize"``).
+
+Every node keeps the 1-based line/col and spec path of its source so that any later stage
+(analysis, lowering comments, compiler errors) can point back into the YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Loc:
+    line: int
+    col: int
+    path: tuple
+
+
+@dataclass(frozen=True)
+class Dim:
+    name: str
+    size: int | None  # None = dynamic
+    loc: Loc = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A chain input (forward inputs, backward cotangents are declared in ``backward.grads``)."""
+
+    name: str
+    shape: tuple  # dim expressions (int | str)
+    dtype: str
+    range: tuple | None = None  # [lo, hi) for generated values; required for integer tensors
+    ignore_index: int | None = None  # index tensors: rows with this value are ignored
+    derive: str | None = None  # expression (equivalence language) computing it from others
+    doc: str = ""
+    loc: Loc = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One epilogue (or host body) item: ``{prim: ..., key: value, as: result}``."""
+
+    prim: str
+    args: tuple  # ((key, value), ...) in source order; the primitive key itself is first
+    results: tuple  # result value names
+    loc: Loc = field(compare=False)
+
+    def get(self, key: str, default=None):
+        for k, v in self.args:
+            if k == key:
+                return v
+        return default
+
+    def with_arg(self, key: str, value) -> Op:
+        args = tuple((k, value if k == key else v) for k, v in self.args)
+        if key not in dict(self.args):
+            args += ((key, value),)
+        return replace(self, args=args)
+
+    def with_prim(self, prim: str) -> Op:
+        args = tuple((prim if k == self.prim else k, v) for k, v in self.args)
+        return replace(self, prim=prim, args=args)
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    transposed: bool
+
+
+@dataclass(frozen=True)
+class Gemm:
+    a: Operand
+    b: Operand
+    loc: Loc = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    gemm: Gemm
+    epilogue: tuple  # tuple[Op, ...]
+    doc: str = ""
+    loc: Loc = field(default=None, compare=False)
+    kind: str = "kernel"
+
+
+@dataclass(frozen=True)
+class Host:
+    """A GEMM-free step (CODA's B3/B4). Runs in torch in v1; same primitive language."""
+
+    name: str
+    over: str  # the tensor whose shape is the iteration space
+    body: tuple  # tuple[Op, ...]
+    doc: str = ""
+    loc: Loc = field(default=None, compare=False)
+    kind: str = "host"
+
+
+@dataclass(frozen=True)
+class Finalize:
+    op: str  # sum | mean | rsqrt_mean | logsumexp | max
+    of: str  # the partial-reduction name
+    result: str
+    n: int | str | None = None
+    eps: float | None = None
+    loc: Loc = field(default=None, compare=False)
+    kind: str = "finalize"
+
+    @property
+    def name(self) -> str:
+        return f"finalize_{self.result}"
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    dtype: str
+    loc: Loc = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Backward:
+    save: tuple  # forward tensor names the backward may read
+    grads: tuple  # ((grad_name, forward_tensor_name), ...)
+    steps: tuple
+    outputs: tuple  # tuple[Output, ...]
+    loc: Loc = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Spec:
+    coda: int
+    name: str
+    doc: str
+    dims: tuple  # tuple[Dim, ...]
+    tensors: tuple  # tuple[Tensor, ...]
+    steps: tuple  # tuple[Kernel | Host | Finalize, ...]
+    outputs: tuple  # tuple[Output, ...]
+    equivalent_to: str | None
+    equivalent_loc: Loc | None = field(compare=False)
+    backward: Backward | None
+    file: str = field(default="", compare=False)
+    digest: str = ""
+
+    def dim_sizes(self) -> dict:
+        return {d.name: d.size for d in self.dims}
+
+    def tensor(self, name: str) -> Tensor | None:
+        return next((t for t in self.tensors if t.name == name), None)

@@ -1,0 +1,114 @@
+"""Shared math for pair primitives: a tile's adjacent columns (2i, 2i+1) form one pair.
+
+Layout convention (used by every pair primitive and documented in docs/spec-language.md): for
+gated MLPs the even column is the gate g and the odd column the up projection u, so the weight
+``w_gu`` interleaves gate and up rows (``coda_spec.layouts`` converts a separate [gate; up] pair).
+For RoPE the pair (a, b) = (x[2i], x[2i+1]) rotates by theta = pos * freq[i]:
+(a, b) -> (a*cos - b*sin, a*sin + b*cos).
+"""
+
+from __future__ import annotations
+
+from coda_spec.primitives.base import TypeProblem, VType, double, half, need_even, need_tile
+
+
+def split(x):
+    return x[:, 0::2], x[:, 1::2]
+
+
+def join(rt, a, b):
+    return rt.torch.stack([a, b], dim=-1).reshape(a.shape[0], 2 * a.shape[1])
+
+
+def gelu(rt, x):
+    return rt.torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def dgelu(rt, x):
+    """d/dx of the tanh-approximated GELU."""
+    k = 0.7978845608028654  # sqrt(2 / pi)
+    inner = k * (x + 0.044715 * x**3)
+    t = rt.torch.tanh(inner)
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
+
+
+def silu(rt, x):
+    return x * rt.torch.sigmoid(x)
+
+
+def dsilu(rt, x):
+    s = rt.torch.sigmoid(x)
+    return s + x * s * (1 - s)
+
+
+ACTS = {"silu": (silu, dsilu), "gelu": (gelu, dgelu)}
+
+
+def gated_infer(name):
+    def infer(tc, op, ins, tensors):
+        z = need_tile(ins[name], name, name)
+        return (VType("tile", half(need_even(z, name, name))),)
+
+    return infer
+
+
+def gated_reference(act):
+    def reference(rt, op, ins, tensors):
+        g, u = split(ins[op.prim])
+        return (ACTS[act][0](rt, g) * u,)
+
+    return reference
+
+
+def dgated_infer(name):
+    def infer(tc, op, ins, tensors):
+        dy = need_tile(ins[name], name, name)
+        z = need_tile(ins["z"], name, "z")
+        if z.width != double(dy.width):
+            raise TypeProblem(
+                f"{name}: z must be twice as wide as the incoming gradient "
+                f"({dy.width}); got {z.width}",
+                "z",
+                "z is the saved interleaved (gate, up) pre-activation",
+            )
+        return (VType("tile", z.width), VType("tile", dy.width))
+
+    return infer
+
+
+def dgated_reference(act):
+    def reference(rt, op, ins, tensors):
+        dy = ins[op.prim]
+        g, u = split(ins["z"])
+        f, df = ACTS[act]
+        a = f(rt, g)
+        return (join(rt, dy * u * df(rt, g), dy * a), a * u)
+
+    return reference
+
+
+def rope_infer(name):
+    def infer(tc, op, ins, tensors):
+        x = need_tile(ins[name], name, name)
+        w = need_even(x, name, name)
+        if ins["pos"].kind != "col":
+            raise TypeProblem(
+                f"{name}: pos must be a per-row value (load_col), got {ins['pos'].show()}", "pos"
+            )
+        f = ins["freqs"]
+        if f.kind != "row" or f.width != half(w):
+            raise TypeProblem(
+                f"{name}: freqs must be a per-column value of width {half(w)} "
+                f"(one frequency per pair), got {f.show()}",
+                "freqs",
+            )
+        return (VType("tile", w),)
+
+    return infer
+
+
+def rotate(rt, x, pos, freqs, sign: float):
+    theta = pos * freqs * sign
+    c, s = rt.torch.cos(theta), rt.torch.sin(theta)
+    a, b = split(x)
+    return join(rt, a * c - b * s, a * s + b * c)

@@ -1,0 +1,180 @@
+"""The primitive contract: what one epilogue primitive file declares.
+
+Layer map
+---------
+* ``coda_spec/primitives/<name>.py`` — ONE primitive each: its JSON Schema fragment, its declared
+  ports (which keys name epilogue values, which name chain tensors), its typing rule, its torch
+  reference, its mutants (for the equivalence mutation tests), ``supports()`` and cache key.
+  Lowering to CuTe DSL is attached by the adapter package in a later stage; primitives only ever
+  emit source text, so this package imports neither torch (lazily, inside ``reference``) nor
+  cutlass/quack.
+* ``coda_spec/primitives/__init__.py`` — the registry: an explicit import list, no decorators, no
+  import-time side effects.
+* ``coda_spec/analyze.py`` and ``coda_spec/reference.py`` walk the IR and dispatch on
+  ``op.prim`` through the registry, never on Python types.
+
+Value model
+-----------
+Inside an epilogue every value is fp32 and has a *kind* (``VType``):
+
+``tile``   an M x W tile (W = ``width``; the accumulator is a tile of the GEMM's N)
+``row``    a per-column vector broadcast over rows (gamma, bias), width W
+``col``    a per-row vector broadcast over columns (rstd, zdz, a gathered logit)
+``scalar`` one number (an immediate or a device scalar)
+``group``  a per-(row, group) statistic broadcast over its group's columns (prepass)
+``rowpart`` / ``colpart``  reduction partials; only a chain-level ``finalize`` may read them
+
+In the torch reference, tiles are ``[M, W]``, cols ``[M, 1]``, rows ``[1, W]``, scalars 0-d,
+groups are expanded to ``[M, W]``; row partials are the exact reduction ``[M, 1]`` (or
+``[M, W/g]`` grouped) and col partials ``[1, W]`` — partial buffers are an implementation detail
+of the kernel, folded by the finalize step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Families (DESIGN §6).
+ELEMENTWISE = "elementwise"
+PAIR = "pair"
+VECTOR = "vector"
+TILE = "tile"
+REDUCTION = "reduction"
+STATEFUL = "stateful"
+FAMILIES = (ELEMENTWISE, PAIR, VECTOR, TILE, REDUCTION, STATEFUL)
+
+NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+DTYPES = ("bf16", "fp16", "fp32")
+INDEX_DTYPES = ("int32", "int64")
+FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")
+
+
+@dataclass(frozen=True)
+class VType:
+    kind: str
+    width: int | str | None = None
+    group: int | None = None
+
+    def show(self) -> str:
+        if self.kind in ("col", "scalar"):
+            return self.kind
+        g = f", group {self.group}" if self.group else ""
+        return f"{self.kind}[{self.width}{g}]"
+
+
+class TypeProblem(Exception):
+    """A typing rule failed. ``key`` names the op field at fault (for the caret)."""
+
+    def __init__(self, message: str, key: str | None = None, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.key = key
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """One epilogue primitive. Every field is declared data or a pure function."""
+
+    name: str
+    family: str
+    summary: str
+    example: str  # one YAML epilogue item, used verbatim in docs and validated by a test
+    schema: dict  # JSON Schema fragment for the item
+    operands: tuple[str, ...]  # keys naming epilogue values (or number literals)
+    infer: Callable  # (TypeCtx, Op) -> tuple[VType, ...]; raises TypeProblem
+    reference: Callable  # (RefCtx, Op, dict[str, value]) -> tuple[value, ...]
+    tensors: tuple[str, ...] = ()  # keys naming chain tensors
+    results: str = "one"  # "one" | "many" | "none" (store)
+    mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
+    supports: Callable = field(default=lambda config, op: None)  # -> reason string or None
+    version: int = 1  # bump when semantics change; part of the cache key
+
+    def cache_key(self) -> tuple:
+        return (self.name, self.version)
+
+
+def item_schema(
+    name: str, value: dict, props: dict | None = None, required=(), result: str = "required"
+) -> dict:
+    """Schema of an epilogue item ``{name: value, **props, as: ...}``.
+
+    ``result``: "required" (``as: name``), "optional" (loads: defaults to the tensor's name),
+    "list" (``as: [a, b]``, two results) or "none" (stores).
+    """
+    properties = {name: value, "doc": {"type": "string"}}
+    if result == "list":
+        properties["as"] = {
+            "type": "array",
+            "items": {"type": "string", "pattern": NAME_RE},
+            "minItems": 2,
+            "maxItems": 2,
+        }
+    elif result != "none":
+        properties["as"] = {"type": "string", "pattern": NAME_RE}
+    properties.update(props or {})
+    req = [name] + list(required) + (["as"] if result in ("required", "list") else [])
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": req,
+        "additionalProperties": False,
+    }
+
+
+VALUE_REF = {"type": "string", "pattern": NAME_RE}
+OPERAND = {"anyOf": [{"type": "string", "pattern": NAME_RE}, {"type": "number"}]}
+DIM_REF = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]}
+TENSOR_REF = {"type": "string", "pattern": NAME_RE}
+
+
+def broadcast(types: list[VType], what: str) -> VType:
+    """Result kind of an elementwise op over ``types`` (shared by every elementwise primitive)."""
+    kinds = {t.kind for t in types}
+    for bad in ("rowpart", "colpart"):
+        if bad in kinds:
+            raise TypeProblem(
+                f"{what} cannot read a reduction partial",
+                hint="finalize it first with a 'finalize' step",
+            )
+    widths = {t.width for t in types if t.kind in ("tile", "row", "group")}
+    if len(widths) > 1:
+        shown = ", ".join(t.show() for t in types)
+        raise TypeProblem(
+            f"{what}: operand widths differ ({shown})",
+            hint="pair halves are W/2 wide; tiles must have equal widths",
+        )
+    width = next(iter(widths)) if widths else None
+    if "tile" in kinds or "group" in kinds or ("row" in kinds and "col" in kinds):
+        return VType("tile", width)
+    if "row" in kinds:
+        return VType("row", width)
+    if "col" in kinds:
+        return VType("col")
+    return VType("scalar")
+
+
+def need_tile(t: VType, what: str, key: str | None = None) -> VType:
+    if t.kind != "tile":
+        raise TypeProblem(f"{what} needs a tile, got {t.show()}", key)
+    return t
+
+
+def need_even(t: VType, what: str, key: str | None = None) -> int | str:
+    w = t.width
+    if isinstance(w, int) and w % 2:
+        raise TypeProblem(
+            f"{what} works on adjacent column pairs; width {w} is odd",
+            key,
+            "pair modes need an even N",
+        )
+    return w
+
+
+def half(w: int | str) -> int | str:
+    return w // 2 if isinstance(w, int) else f"{w}/2"
+
+
+def double(w: int | str) -> int | str:
+    return w * 2 if isinstance(w, int) else f"2*{w}"

@@ -1,0 +1,27 @@
+"""`cast`: round a value to a storage dtype and keep computing in fp32.
+
+Use it where the fused kernel must see exactly what an unfused one would read back from memory
+(for example a bf16 activation that is both stored and reused). The reference rounds in every
+precision mode, fp64 included, because the rounding is part of the spec's math.
+"""
+
+from coda_spec.primitives.base import (
+    DTYPES,
+    ELEMENTWISE,
+    VALUE_REF,
+    Primitive,
+    broadcast,
+    item_schema,
+)
+
+PRIMITIVE = Primitive(
+    name="cast",
+    family=ELEMENTWISE,
+    summary="Round a value to `dtype` (bf16, fp16, fp32); the result stays an fp32 value.",
+    example="- {cast: h, dtype: bf16, as: h_bf16}",
+    schema=item_schema("cast", VALUE_REF, {"dtype": {"enum": list(DTYPES)}}, required=("dtype",)),
+    operands=("cast",),
+    infer=lambda tc, op, ins, tensors: (broadcast([ins["cast"]], "'cast'"),),
+    reference=lambda rt, op, ins, tensors: (rt.round_always(ins["cast"], op.get("dtype")),),
+    mutants=lambda op: (op.with_arg("dtype", "fp16" if op.get("dtype") == "bf16" else "bf16"),),
+)

@@ -1,0 +1,11 @@
+"""`exp`: Natural exponential."""
+
+from coda_spec.primitives._elementwise import unary
+
+PRIMITIVE = unary(
+    "exp",
+    lambda rt, x: rt.torch.exp(x),
+    summary="Natural exponential.",
+    example="- {exp: shifted, as: p}",
+    siblings=("sigmoid",),
+)

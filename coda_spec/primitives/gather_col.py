@@ -1,0 +1,45 @@
+"""`gather_col`: per row, pick the value at one column given by an index tensor (target logit).
+
+Only the tile holding row m's target column writes that row's result; rows whose index equals the
+tensor's ``ignore_index`` are declared untouched by design (the reference gives 0 there, and
+verify does not read those slots).
+"""
+
+from coda_spec.primitives._loads import index_tensor, need_index, need_rank, need_rows
+from coda_spec.primitives.base import (
+    TENSOR_REF,
+    VALUE_REF,
+    VECTOR,
+    Primitive,
+    VType,
+    item_schema,
+    need_tile,
+)
+
+
+def _infer(tc, op, ins, tensors):
+    need_tile(ins["gather_col"], "gather_col", "gather_col")
+    info = tensors["index"]
+    need_rank(info, 1, "gather_col index", "index")
+    need_rows(tc, info, "gather_col index", "index")
+    need_index(info, "gather_col", "index")
+    return (VType("col"),)
+
+
+def _reference(rt, op, ins, tensors):
+    idx, valid = index_tensor(rt, tensors["index"], rt.decl(op.get("index")))
+    picked = ins["gather_col"].gather(1, idx.reshape(-1, 1))
+    return (picked * valid.reshape(-1, 1).to(picked.dtype),)
+
+
+PRIMITIVE = Primitive(
+    name="gather_col",
+    family=VECTOR,
+    summary="Per row, the value at column `index[m]` (e.g. the target logit); a column vector.",
+    example="- {gather_col: logits, index: target, as: target_logit}",
+    schema=item_schema("gather_col", VALUE_REF, {"index": TENSOR_REF}, required=("index",)),
+    operands=("gather_col",),
+    tensors=("index",),
+    infer=_infer,
+    reference=_reference,
+)

@@ -1,0 +1,16 @@
+"""`geglu`: GeGLU on interleaved (gate, up) column pairs: gelu_tanh(g) * u; half as wide."""
+
+from coda_spec.primitives._pairs import gated_infer, gated_reference
+from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
+
+PRIMITIVE = Primitive(
+    name="geglu",
+    family=PAIR,
+    summary="GeGLU on interleaved (gate, up) column pairs: gelu_tanh(g) * u; half as wide.",
+    example="- {geglu: z, as: out}",
+    schema=item_schema("geglu", VALUE_REF),
+    operands=("geglu",),
+    infer=gated_infer("geglu"),
+    reference=gated_reference("gelu"),
+    mutants=lambda op: (op.with_prim("swiglu"),),
+)

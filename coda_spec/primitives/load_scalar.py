@@ -1,0 +1,30 @@
+"""`load_scalar`: read one number from device memory (a learned or scheduled scale).
+
+An immediate constant needs no load: write it as a literal operand (``{mul: [acc, 0.5]}``) or
+use ``scale``. A device scalar can change between calls without recompiling.
+"""
+
+from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, TypeProblem, VType, item_schema
+
+
+def _infer(tc, op, ins, tensors):
+    info = tensors["load_scalar"]
+    if tuple(info.shape) not in ((), (1,)):
+        raise TypeProblem(
+            f"load_scalar needs a tensor of shape [] or [1]; '{info.name}' is {list(info.shape)}",
+            "load_scalar",
+        )
+    return (VType("scalar"),)
+
+
+PRIMITIVE = Primitive(
+    name="load_scalar",
+    family=VECTOR,
+    summary="Read a device scalar (shape [] or [1]).",
+    example="- {load_scalar: alpha}",
+    schema=item_schema("load_scalar", TENSOR_REF, result="optional"),
+    operands=(),
+    tensors=("load_scalar",),
+    infer=_infer,
+    reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_scalar"]).reshape(()),),
+)

@@ -1,0 +1,36 @@
+"""`load_tile`: read an extra M x W input tile (residual, saved activation, GEMM C operand).
+
+Its width may equal the accumulator's, half it, or double it: a 16-bit tile twice as wide as the
+accumulator is read as packed (even, odd) pairs, which is how backward kernels such as dSwiGLU
+read the saved gate/up pre-activation.
+"""
+
+from coda_spec.primitives._loads import need_rank, need_rows
+from coda_spec.primitives.base import TENSOR_REF, TILE, Primitive, TypeProblem, VType, item_schema
+
+
+def _infer(tc, op, ins, tensors):
+    info = tensors["load_tile"]
+    need_rank(info, 2, "load_tile", "load_tile")
+    need_rows(tc, info, "load_tile", "load_tile")
+    width = info.shape[1]
+    if not tc.width_ok(width):
+        raise TypeProblem(
+            f"load_tile: '{info.name}' is {width} wide; tiles here must be "
+            f"{tc.width_choices()} wide",
+            "load_tile",
+        )
+    return (VType("tile", width),)
+
+
+PRIMITIVE = Primitive(
+    name="load_tile",
+    family=TILE,
+    summary="Read an extra input tile (same rows as the accumulator); `as` defaults to its name.",
+    example="- {load_tile: x, as: res}",
+    schema=item_schema("load_tile", TENSOR_REF, result="optional"),
+    operands=(),
+    tensors=("load_tile",),
+    infer=_infer,
+    reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_tile"]),),
+)

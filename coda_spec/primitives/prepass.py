@@ -1,0 +1,68 @@
+"""`prepass`: a per-row (or per-row, per-group) statistic computed in a first pass over the
+accumulator tile and usable by later items of the SAME epilogue (family 5, stateful).
+
+This is how a per-head RMSNorm (QK-norm) runs inside the QKV GEMM: the prepass sums squares per
+(row, head), the epilogue turns them into rstd and scales the tile before RoPE. The statistic must
+be complete within one CTA tile, so ``group`` (default: the whole row) must divide tile_N; that
+config rule is checked by ``supports()`` at build time. The result is a ``group`` value: one number
+per (row, group), broadcast over the group's columns.
+"""
+
+from coda_spec.primitives._reduce import SIBLING, grouped
+from coda_spec.primitives.base import (
+    DIM_REF,
+    STATEFUL,
+    VALUE_REF,
+    Primitive,
+    TypeProblem,
+    VType,
+    item_schema,
+    need_tile,
+)
+
+OPS = ("sum", "sumsq", "mean", "meansq", "max", "absmax")
+
+
+def _infer(tc, op, ins, tensors):
+    tile = need_tile(ins["of"], "prepass", "of")
+    g = tc.fold(op.get("group", tile.width), "group")
+    if isinstance(tile.width, int) and isinstance(g, int) and tile.width % g:
+        raise TypeProblem(
+            f"prepass: width {tile.width} is not a multiple of group {g}",
+            "group",
+            "per-head statistics need N % head_dim == 0",
+        )
+    return (VType("group", tile.width, g),)
+
+
+def _reference(rt, op, ins, tensors):
+    x = ins["of"]
+    g = rt.fold(op.get("group", x.shape[1]))
+    stat = grouped(rt, op.get("prepass"), x, g)
+    return (stat.repeat_interleave(g, dim=1),)
+
+
+def _supports(config, op):
+    group = op.get("group")
+    if group is not None and config.tile_n % config.fold(group):
+        return f"prepass group {group} does not divide tile_N {config.tile_n}"
+    if group is None and config.tile_n < config.width:
+        return f"a whole-row prepass needs the row in one tile (tile_N >= {config.width})"
+    return None
+
+
+PRIMITIVE = Primitive(
+    name="prepass",
+    family=STATEFUL,
+    summary="Per-row (or per-`group`) statistic of a tile, usable later in the same epilogue: "
+    "sum, sumsq, mean, meansq, max, absmax.",
+    example="- {prepass: meansq, of: acc, group: head_dim, as: ms}",
+    schema=item_schema(
+        "prepass", {"enum": list(OPS)}, {"of": VALUE_REF, "group": DIM_REF}, required=("of",)
+    ),
+    operands=("of",),
+    infer=_infer,
+    reference=_reference,
+    mutants=lambda op: (op.with_arg("prepass", SIBLING[op.get("prepass")]),),
+    supports=_supports,
+)

@@ -1,0 +1,25 @@
+"""`rope_bwd`: RoPE backward: rotate pairs by -t (the transpose of the forward rotation, which is orthogonal).
+
+``pos`` is a per-row value (``load_col`` of positions) and ``freqs`` a per-column value with one
+frequency per pair (``load_row`` of a W/2 vector; repeat it per head, and use 0 for columns that
+must not rotate, such as V in a fused QKV projection).
+"""
+
+from coda_spec.primitives._pairs import rope_infer, rotate
+from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
+
+PRIMITIVE = Primitive(
+    name="rope_bwd",
+    family=PAIR,
+    summary="RoPE backward: rotate pairs by -t (the transpose of the forward rotation, which is orthogonal).",
+    example="- {rope_bwd: dy, pos: pos, freqs: inv_freq, as: dz}",
+    schema=item_schema(
+        "rope_bwd", VALUE_REF, {"pos": VALUE_REF, "freqs": VALUE_REF}, required=("pos", "freqs")
+    ),
+    operands=("rope_bwd", "pos", "freqs"),
+    infer=rope_infer("rope_bwd"),
+    reference=lambda rt, op, ins, tensors: (
+        rotate(rt, ins["rope_bwd"], ins["pos"], ins["freqs"], -1.0),
+    ),
+    mutants=lambda op: (op.with_prim("rope"),),
+)

@@ -1,0 +1,11 @@
+"""`silu`: SiLU (swish), x * sigmoid(x)."""
+
+from coda_spec.primitives._elementwise import unary
+
+PRIMITIVE = unary(
+    "silu",
+    lambda rt, x: x * rt.torch.sigmoid(x),
+    summary="SiLU (swish), x * sigmoid(x).",
+    example="- {silu: acc, as: act}",
+    siblings=("gelu",),
+)

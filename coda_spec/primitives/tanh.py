@@ -1,0 +1,11 @@
+"""`tanh`: Hyperbolic tangent."""
+
+from coda_spec.primitives._elementwise import unary
+
+PRIMITIVE = unary(
+    "tanh",
+    lambda rt, x: rt.torch.tanh(x),
+    summary="Hyperbolic tangent.",
+    example="- {tanh: acc, as: t}",
+    siblings=("sigmoid",),
+)

@@ -1,0 +1,40 @@
+"""`valid`: a column vector, 1 for rows whose index is not the tensor's ``ignore_index``, else 0.
+
+Multiply by it to zero the loss and gradient of padding rows, as cross-entropy's
+``ignore_index`` does.
+"""
+
+from coda_spec.primitives._loads import index_tensor, need_index, need_rank, need_rows
+from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, TypeProblem, VType, item_schema
+
+
+def _infer(tc, op, ins, tensors):
+    info = tensors["valid"]
+    need_rank(info, 1, "valid", "valid")
+    need_rows(tc, info, "valid", "valid")
+    need_index(info, "valid", "valid")
+    if info.ignore_index is None:
+        raise TypeProblem(
+            f"'{info.name}' declares no ignore_index, so every row is valid",
+            "valid",
+            f"add ignore_index: -100 to tensor '{info.name}'",
+        )
+    return (VType("col"),)
+
+
+def _reference(rt, op, ins, tensors):
+    _, valid = index_tensor(rt, tensors["valid"], rt.decl(op.get("valid")))
+    return (valid.reshape(-1, 1).to(rt.dtype),)
+
+
+PRIMITIVE = Primitive(
+    name="valid",
+    family=VECTOR,
+    summary="Per-row 1/0 mask: 1 unless index[m] == ignore_index.",
+    example="- {valid: target, as: keep}",
+    schema=item_schema("valid", TENSOR_REF),
+    operands=(),
+    tensors=("valid",),
+    infer=_infer,
+    reference=_reference,
+)

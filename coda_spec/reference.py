@@ -1,0 +1,196 @@
+"""The reference interpreter: a spec's own math in torch, derived from the IR, never hand-written.
+
+``run(analysis, inputs, precision)`` executes every step in order (kernels, host steps,
+finalizes, then the backward section if ``grads`` are given) and returns every chain tensor.
+Each epilogue item runs its primitive's ``reference`` (dispatch on ``op.prim``).
+
+Precisions (DESIGN §7):
+
+* ``fp64``: everything in float64 on the (bf16-valued) inputs; stores are not rounded. This is the
+  ``ref`` of the verify pass rule and the side of the algebra checks against ``equivalent_to``.
+* ``fp32``: the same in float32.
+* ``lowp``: what an unfused low-precision pipeline computes: bf16/fp16 matmuls (output rounded to
+  the operand dtype, fp32 accumulation inside), fp32 epilogue math, rounding at every stored
+  tensor to its declared dtype. ``max|ref_lowp - ref|`` sets the verify error budget.
+
+Partial reductions are exact here (``[M, 1]`` per row); tiling them is the kernel's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from coda_spec import dims as dimmod
+from coda_spec.finalize import fold as finalize_fold
+from coda_spec.primitives import registry
+
+TORCH_DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    compute: torch.dtype
+    lowp: bool
+
+
+PRECISIONS = {
+    "fp64": Precision("fp64", torch.float64, False),
+    "fp32": Precision("fp32", torch.float32, False),
+    "lowp": Precision("lowp", torch.float32, True),
+}
+
+
+class RefCtx:
+    """What a primitive's ``reference`` may use: torch, the compute dtype, sizes, declarations."""
+
+    torch = torch
+
+    def __init__(self, precision: Precision, sizes: dict, analysis, width=None, rows=None):
+        self.precision, self.sizes, self.analysis = precision, sizes, analysis
+        self.dtype = precision.compute
+        self.width, self.rows = width, rows
+
+    def load(self, t):
+        return t.to(self.dtype)
+
+    def round_always(self, x, dtype: str):
+        return x.to(TORCH_DTYPES[dtype]).to(self.dtype)
+
+    def round_store(self, x, dtype: str):
+        return self.round_always(x, dtype) if self.precision.lowp else x
+
+    def fold(self, expr):
+        return dimmod.evaluate(expr, self.sizes)
+
+    def decl(self, name):
+        return self.analysis.tensor(name)
+
+    def store_is_col(self, op) -> bool:
+        return len(self.analysis.tensor(op.get("to")).shape) == 1
+
+    def store_shape(self, op):
+        return (self.rows, self.width) if not self.store_is_col(op) else (self.rows,)
+
+
+def _matmul(rt: RefCtx, a, b, dtype: str):
+    if rt.precision.lowp:
+        low = TORCH_DTYPES[dtype]
+        return (a.to(low) @ b.to(low)).to(rt.dtype)
+    return a.to(rt.dtype) @ b.to(rt.dtype)
+
+
+def _operand(raw, vals):
+    if isinstance(raw, list):
+        return [_operand(x, vals) for x in raw]
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    return vals[raw]
+
+
+def _nudge(x):
+    """The mutation tests' perturbation: a small, never-neutral change of a result."""
+    return x * 1.001 + 1e-3
+
+
+def _run_ops(rt: RefCtx, ops, vals: dict, env: dict, perturb=None):
+    prims = registry()
+    for i, op in enumerate(ops):
+        p = prims[op.prim]
+        ins = {k: _operand(op.get(k), vals) for k in p.operands if op.get(k) is not None}
+        tensors = {k: env[op.get(k)] for k in p.tensors if op.get(k) is not None}
+        results = p.reference(rt, op, ins, tensors)
+        if perturb == i:
+            results = tuple(_nudge(r) for r in results)
+        if p.results == "none":
+            info = rt.analysis.tensor(op.get("to"))
+            env[info.name] = rt.round_store(results[0], info.dtype)
+            continue
+        for name, value in zip(op.results, results):
+            if p.family == "reduction":
+                env[name] = value
+            else:
+                vals[name] = value
+
+
+def _run_step(rt_args, step, env, perturb=None):
+    """Run one step; ``perturb`` is an item index (or True for a finalize) to nudge."""
+    precision, sizes, analysis = rt_args
+    if step.kind == "finalize":
+        info = analysis.tensor(step.of)
+        kind, _, width, group, rows = info.partial
+        default = group or width if kind == "rowpart" else rows
+        n = dimmod.evaluate(step.n if step.n is not None else default, sizes)
+        rt = RefCtx(precision, sizes, analysis)
+        env[step.result] = finalize_fold(rt, step.op, env[step.of], n, step.eps, kind)
+        if perturb is True:
+            env[step.result] = _nudge(env[step.result])
+        return
+    if step.kind == "kernel":
+        g = step.gemm
+        a, b = env[g.a.name], env[g.b.name]
+        a, b = (a.T if g.a.transposed else a), (b.T if g.b.transposed else b)
+        dtype = analysis.tensor(g.a.name).dtype
+        rt = RefCtx(precision, sizes, analysis)
+        acc = _matmul(rt, a, b, dtype)
+        rt = RefCtx(precision, sizes, analysis, width=acc.shape[1], rows=acc.shape[0])
+        _run_ops(rt, step.epilogue, {"acc": acc}, env, perturb)
+    else:
+        over = env[step.over]
+        rt = RefCtx(precision, sizes, analysis, width=over.shape[1], rows=over.shape[0])
+        _run_ops(rt, step.body, {}, env, perturb)
+
+
+def run(
+    analysis,
+    inputs: dict,
+    precision: str | Precision = "fp64",
+    sizes: dict | None = None,
+    grads: dict | None = None,
+    perturb: tuple | None = None,
+) -> dict:
+    """Execute the chain (and its backward if ``grads`` holds the incoming cotangents).
+
+    ``inputs`` maps every input name to a tensor; float inputs are converted to the compute
+    dtype. ``sizes`` binds the dynamic dims (inferred from the inputs when omitted).
+    ``perturb`` = (section, step index, item index or None) nudges one result (mutation tests).
+    """
+    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    spec = analysis.spec
+    sizes = dict(sizes) if sizes else infer_sizes(analysis, inputs)
+    env = {k: (v.to(prec.compute) if v.is_floating_point() else v) for k, v in inputs.items()}
+    sections = [("steps", spec.steps)]
+    if grads is not None and spec.backward is not None:
+        sections.append(("backward", spec.backward.steps))
+    for section, steps in sections:
+        if section == "backward":
+            env.update({k: v.to(prec.compute) for k, v in grads.items()})
+        for i, step in enumerate(steps):
+            hit = None
+            if perturb is not None and perturb[:2] == (section, i):
+                hit = True if perturb[2] is None else perturb[2]
+            _run_step((prec, sizes, analysis), step, env, hit)
+    return env
+
+
+def infer_sizes(analysis, inputs: dict) -> dict:
+    """Bind every dim: static ones from the spec, dynamic ones from input shapes."""
+    sizes = {d.name: d.size for d in analysis.spec.dims}
+    for t in analysis.spec.tensors:
+        if t.name not in inputs:
+            continue
+        for expr, actual in zip(t.shape, inputs[t.name].shape):
+            if isinstance(expr, str) and expr in sizes and sizes[expr] is None:
+                sizes[expr] = int(actual)
+    missing = [n for n, v in sizes.items() if v is None]
+    if missing:
+        raise ValueError(f"cannot infer dims {missing} from the inputs")
+    return sizes

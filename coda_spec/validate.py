@@ -1,0 +1,274 @@
+"""Stage ``validate`` (schema half): check a loaded spec against the JSON Schema, report ALL errors.
+
+Why targeted validation
+-----------------------
+Validating the whole document against the composed schema makes jsonschema report ``anyOf``
+failures ("is not valid under any of the given schemas") for every malformed step or epilogue
+item. Instead we validate the root with steps and items left opaque, then dispatch each step on
+its kind key (``kernel``/``host``/``finalize``) and each epilogue item on its primitive key to
+that one fragment. Each jsonschema error is then rewritten into one located sentence with a
+did-you-mean where a name was expected. The semantic half lives in ``analyze``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from jsonschema import Draft202012Validator
+
+from coda_spec.errors import Diagnostic, SpecError, did_you_mean
+from coda_spec.primitives import registry
+from coda_spec.schema import ROOT_REQUIRED, STEP_KINDS, root_properties, structure_defs
+from coda_spec.source import Source
+
+_OPAQUE = {"type": "object"}
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "object": "a mapping",
+    "array": "a list",
+    "boolean": "true/false",
+}
+
+
+def _describe(value) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null (empty value)"
+    return type(value).__name__
+
+
+class _Checker:
+    """Holds the compiled validators for one run (no module-level state)."""
+
+    def __init__(self):
+        defs = structure_defs()
+        opaque = copy.deepcopy(defs)
+        opaque["steps"]["items"] = _OPAQUE
+        opaque["epilogue"]["items"] = _OPAQUE
+        self.prims = registry()
+        root = {
+            "type": "object",
+            "properties": root_properties(),
+            "required": list(ROOT_REQUIRED),
+            "additionalProperties": False,
+        }
+        self.root = self._validator(root, opaque)
+        self.kinds = {k: self._validator({"$ref": f"#/$defs/{k}"}, opaque) for k in STEP_KINDS}
+        self.items = {n: self._validator(p.schema, opaque) for n, p in self.prims.items()}
+
+    @staticmethod
+    def _validator(schema: dict, defs: dict) -> Draft202012Validator:
+        return Draft202012Validator({**schema, "$defs": defs})
+
+
+def _schema_props(error) -> dict:
+    schema = error.schema
+    return schema.get("properties", {}) if isinstance(schema, dict) else {}
+
+
+def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
+    path = base + tuple(error.absolute_path)
+    v, inst = error.validator, error.instance
+    if v == "additionalProperties" and isinstance(inst, dict):
+        allowed = _schema_props(error)
+        out = []
+        for key in inst:
+            if key not in allowed:
+                hint = did_you_mean(key, allowed) or ("allowed keys: " + ", ".join(sorted(allowed)))
+                out.append(src.diag(path + (key,), f"unknown key '{key}'", hint, key=True))
+        return out
+    if v == "required":
+        missing = [k for k in error.validator_value if isinstance(inst, dict) and k not in inst]
+        hints = {"as": "name the result, e.g. as: y", "coda": "start the file with 'coda: 1'"}
+        return [src.diag(path, f"missing required key '{k}'", hints.get(k, "")) for k in missing]
+    if v == "enum":
+        choices = ", ".join(map(str, error.validator_value))
+        hint = did_you_mean(inst, error.validator_value) if isinstance(inst, str) else ""
+        return [src.diag(path, f"{_describe(inst)} is not one of: {choices}", hint)]
+    if v == "const":
+        if path == ("coda",):
+            return [
+                src.diag(
+                    path, f"unsupported language version {inst!r}", "this coda reads 'coda: 1'"
+                )
+            ]
+        return [src.diag(path, f"expected {error.validator_value!r}, got {_describe(inst)}")]
+    if v == "type":
+        want = error.validator_value
+        want = " or ".join(
+            _TYPE_NAMES.get(w, w) for w in (want if isinstance(want, list) else [want])
+        )
+        hint = (
+            "quote it"
+            if isinstance(inst, (bool, int, float)) and "string" in str(error.validator_value)
+            else ""
+        )
+        return [src.diag(path, f"expected {want}, got {_describe(inst)}", hint)]
+    if v == "pattern":
+        what = "a gemm operand (NAME or NAME.T)" if r"\.T" in error.validator_value else "a name"
+        return [
+            src.diag(
+                path,
+                f"{inst!r} is not {what}",
+                "names are letters, digits and '_', not starting with a digit",
+            )
+        ]
+    if v == "propertyNames":
+        return [src.diag(path, f"{_describe(inst)} is not a valid name", "use letters, digits, _")]
+    if v == "anyOf":
+        return [
+            src.diag(
+                path, f"{_describe(inst)} is not allowed here", _anyof_hint(error.validator_value)
+            )
+        ]
+    if v in ("minItems", "maxItems") and error.schema.get("minItems") == error.schema.get(
+        "maxItems"
+    ):
+        n = error.schema.get("minItems")
+        return [src.diag(path, f"expected exactly {n} items, got {len(inst)}")]
+    if v == "minItems":
+        return [src.diag(path, f"expected at least {error.validator_value} item(s)")]
+    if v == "minProperties":
+        return [src.diag(path, "must not be empty")]
+    return [src.diag(path, error.message)]
+
+
+def _anyof_hint(options) -> str:
+    kinds = []
+    for o in options:
+        if "$ref" in o:
+            kinds.append(o["$ref"].rsplit("/", 1)[-1])
+        elif "const" in o:
+            kinds.append(repr(o["const"]))
+        elif "type" in o:
+            kinds.append(_TYPE_NAMES.get(o["type"], o["type"]))
+    return "expected " + " or ".join(kinds) if kinds else ""
+
+
+def _check(checker_validator, src, base, instance, out):
+    for error in sorted(checker_validator.iter_errors(instance), key=lambda e: list(e.path)):
+        out.extend(_translate(src, base, error))
+
+
+_ITEM_FIELDS = {
+    "as",
+    "of",
+    "to",
+    "dtype",
+    "doc",
+    "z",
+    "pos",
+    "freqs",
+    "by",
+    "group",
+    "index",
+    "add_to",
+}
+
+
+def _check_item(ck: _Checker, src: Source, path: tuple, item, out: list):
+    if not isinstance(item, dict):
+        out.append(
+            src.diag(
+                path,
+                f"epilogue item must be a mapping, got {_describe(item)}",
+                "e.g. - {relu: acc, as: y}",
+            )
+        )
+        return
+    prims = [k for k in item if k in ck.prims]
+    if len(prims) > 1:
+        out.append(
+            src.diag(
+                path,
+                "one item holds primitives " + ", ".join(map(repr, prims)),
+                "write one primitive per item",
+            )
+        )
+        return
+    if not prims:
+        unknown = [k for k in item if k not in _ITEM_FIELDS] or list(item)[:1]
+        if not unknown:
+            out.append(src.diag(path, "empty epilogue item"))
+            return
+        key = unknown[0]
+        out.append(
+            src.diag(
+                path + (key,),
+                f"unknown primitive '{key}'",
+                did_you_mean(key, ck.prims) or "run 'coda primitives' for the list",
+                key=True,
+            )
+        )
+        return
+    _check(ck.items[prims[0]], src, path, item, out)
+
+
+def _check_step(ck: _Checker, src: Source, path: tuple, step, out: list):
+    if not isinstance(step, dict):
+        out.append(src.diag(path, f"step must be a mapping, got {_describe(step)}"))
+        return
+    kinds = [k for k in STEP_KINDS if k in step]
+    if len(kinds) != 1:
+        if kinds:
+            msg, hint = "a step has exactly one kind; found " + ", ".join(kinds), ""
+        else:
+            guess = [did_you_mean(k, STEP_KINDS) for k in step]
+            hint = next((g for g in guess if g), "start it with kernel:, host: or finalize:")
+            msg = "step has no kind (kernel, host or finalize)"
+        out.append(src.diag(path, msg, hint))
+        return
+    _check(ck.kinds[kinds[0]], src, path, step, out)
+    body = "epilogue" if kinds[0] == "kernel" else "body"
+    items = step.get(body)
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            _check_item(ck, src, path + (body, i), item, out)
+
+
+def validate_source(src: Source) -> None:
+    """Raise SpecError with every schema error of ``src``; return None when it conforms."""
+    out: list[Diagnostic] = []
+    data = src.data
+    if not isinstance(data, dict):
+        raise SpecError(
+            [
+                src.diag(
+                    (),
+                    f"a spec is a mapping at top level, got {_describe(data)}",
+                    "start with 'coda: 1' and 'name: ...'",
+                )
+            ]
+        )
+    ck = _Checker()
+    _check(ck.root, src, (), data, out)
+    for section in (("steps",), ("backward", "steps")):
+        node = data
+        for key in section:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, list):
+            for i, step in enumerate(node):
+                _check_step(ck, src, section + (i,), step, out)
+    if out:
+        raise SpecError(_dedupe(out))
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen, out = set(), []
+    for d in diags:
+        key = (d.line, d.col, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
