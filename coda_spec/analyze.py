@@ -115,7 +115,8 @@ def _order_checks(src, steps, known, prims, diags) -> set:
                     src.diag(
                         step.loc.path,
                         f"step '{step.name}' reads '{name}' before "
-                        f"step '{steps[j].name}' (line {steps[j].loc.line}) writes it",
+                        f"step '{steps[j].name}' (line {steps[j].loc.line}) "
+                        "writes it",
                         f"move '{step.name}' after '{steps[j].name}'",
                     )
                 )

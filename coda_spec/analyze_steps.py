@@ -215,7 +215,7 @@ class StepWalker:
             self.err(
                 step.loc.path, f"step '{step.name}' writes nothing", "add a store or a reduction"
             )
-        for name, (t, loc, used) in env.items():
+        for name, (_t, loc, used) in env.items():
             if not used:
                 self.warnings.append(
                     Diagnostic(

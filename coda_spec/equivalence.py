@@ -91,7 +91,7 @@ def check_backward(checked, sizes: dict, seed: int = 0, perturb=None) -> list[Co
         wanted = [o.name for o in spec.backward.outputs if grad_of.get(o.name) in leaves]
         auto = torch.autograd.grad(total, [leaves[grad_of[n]] for n in wanted], allow_unused=True)
     out = []
-    for name, a in zip(wanted, auto):
+    for name, a in zip(wanted, auto, strict=True):
         a = torch.zeros_like(leaves[grad_of[name]]) if a is None else a
         out.append(compare(name, got[name], a.detach()))
     return out

@@ -114,7 +114,7 @@ def _run_ops(rt: RefCtx, ops, vals: dict, env: dict, perturb=None):
             info = rt.analysis.tensor(op.get("to"))
             env[info.name] = rt.round_store(results[0], info.dtype)
             continue
-        for name, value in zip(op.results, results):
+        for name, value in zip(op.results, results, strict=True):
             if p.family == "reduction":
                 env[name] = value
             else:
@@ -187,7 +187,7 @@ def infer_sizes(analysis, inputs: dict) -> dict:
     for t in analysis.spec.tensors:
         if t.name not in inputs:
             continue
-        for expr, actual in zip(t.shape, inputs[t.name].shape):
+        for expr, actual in zip(t.shape, inputs[t.name].shape, strict=False):
             if isinstance(expr, str) and expr in sizes and sizes[expr] is None:
                 sizes[expr] = int(actual)
     missing = [n for n, v in sizes.items() if v is None]

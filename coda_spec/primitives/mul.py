@@ -1,11 +1,11 @@
-"""`mul`: Elementwise product; multiplying by a column vector applies a per-row scale such as rstd."""
+"""`mul`: Elementwise product; times a column vector it is a per-row scale (rstd)."""
 
 from coda_spec.primitives._elementwise import binary
 
 PRIMITIVE = binary(
     "mul",
     lambda rt, a, b: a * b,
-    summary="Elementwise product; multiplying by a column vector applies a per-row scale such as rstd.",
+    summary="Elementwise product; times a column vector it is a per-row scale (rstd).",
     example="- {mul: [acc, r], as: z}",
     siblings=(
         "add",

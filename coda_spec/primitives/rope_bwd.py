@@ -1,4 +1,4 @@
-"""`rope_bwd`: RoPE backward: rotate pairs by -t (the transpose of the forward rotation, which is orthogonal).
+"""`rope_bwd`: RoPE backward: rotate pairs by -t (the forward rotation's transpose).
 
 ``pos`` is a per-row value (``load_col`` of positions) and ``freqs`` a per-column value with one
 frequency per pair (``load_row`` of a W/2 vector; repeat it per head, and use 0 for columns that
@@ -11,7 +11,7 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 PRIMITIVE = Primitive(
     name="rope_bwd",
     family=PAIR,
-    summary="RoPE backward: rotate pairs by -t (the transpose of the forward rotation, which is orthogonal).",
+    summary="RoPE backward: rotate pairs by -t (the forward rotation's transpose).",
     example="- {rope_bwd: dy, pos: pos, freqs: inv_freq, as: dz}",
     schema=item_schema(
         "rope_bwd", VALUE_REF, {"pos": VALUE_REF, "freqs": VALUE_REF}, required=("pos", "freqs")

@@ -1,4 +1,4 @@
-"""`swiglu`: SwiGLU on interleaved (gate, up) column pairs: silu(g) * u; the result is half as wide."""
+"""`swiglu`: SwiGLU on interleaved (gate, up) column pairs: silu(g) * u, half as wide."""
 
 from coda_spec.primitives._pairs import gated_infer, gated_reference
 from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
@@ -6,7 +6,7 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 PRIMITIVE = Primitive(
     name="swiglu",
     family=PAIR,
-    summary="SwiGLU on interleaved (gate, up) column pairs: silu(g) * u; the result is half as wide.",
+    summary="SwiGLU on interleaved (gate, up) column pairs: silu(g) * u, half as wide.",
     example="- {swiglu: z, as: out}",
     schema=item_schema("swiglu", VALUE_REF),
     operands=("swiglu",),
