@@ -1,4 +1,4 @@
-"""`dgeglu`: GeGLU backward: packed dz = (dg, du) pairs from dy and the saved interleaved z, plus the recomputed gelu_tanh(g) * u.
+"""`dgeglu`: GeGLU backward: packed (dg, du) pairs and the recomputed gelu_tanh(g) * u.
 
 dg = dy * u * act'(g), du = dy * act(g). The saved z is read as packed 16-bit pairs (one 32-bit
 lane per (g, u)), and dz is written the same way, so the kernel runs in packed-pair mode.
@@ -10,7 +10,7 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 PRIMITIVE = Primitive(
     name="dgeglu",
     family=PAIR,
-    summary="GeGLU backward: packed dz = (dg, du) pairs from dy and the saved interleaved z, plus the recomputed gelu_tanh(g) * u.",
+    summary="GeGLU backward: packed (dg, du) pairs and the recomputed gelu_tanh(g) * u.",
     example="- {dgeglu: acc, z: z, as: [dz, out]}",
     schema=item_schema("dgeglu", VALUE_REF, {"z": VALUE_REF}, required=("z",), result="list"),
     operands=("dgeglu", "z"),

@@ -1,4 +1,4 @@
-"""`dswiglu`: SwiGLU backward: packed dz = (dg, du) pairs (M x 2W) from dy (M x W) and the saved interleaved z, plus the recomputed silu(g) * u.
+"""`dswiglu`: SwiGLU backward: packed (dg, du) pairs and the recomputed silu(g) * u.
 
 dg = dy * u * act'(g), du = dy * act(g). The saved z is read as packed 16-bit pairs (one 32-bit
 lane per (g, u)), and dz is written the same way, so the kernel runs in packed-pair mode.
@@ -10,7 +10,7 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 PRIMITIVE = Primitive(
     name="dswiglu",
     family=PAIR,
-    summary="SwiGLU backward: packed dz = (dg, du) pairs (M x 2W) from dy (M x W) and the saved interleaved z, plus the recomputed silu(g) * u.",
+    summary="SwiGLU backward: packed (dg, du) pairs and the recomputed silu(g) * u.",
     example="- {dswiglu: acc, z: z, as: [dz, out]}",
     schema=item_schema("dswiglu", VALUE_REF, {"z": VALUE_REF}, required=("z",), result="list"),
     operands=("dswiglu", "z"),
