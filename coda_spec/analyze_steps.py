@@ -70,9 +70,20 @@ class _TypeCtx:
         return isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)
 
 
-def _load_hint(info) -> str:
-    prim = {2: "load_tile", 0: "load_scalar"}.get(len(info.shape), "load_col or load_row")
-    return f"load it first: - {{{prim.split()[0]}: {info.name}}}"
+def _load_hint(info, rows=None) -> str:
+    if len(info.shape) == 1:  # a per-row vector is as long as the step has rows
+        prim = "load_col" if info.shape[0] == rows else "load_row"
+    else:
+        prim = {2: "load_tile", 0: "load_scalar"}.get(len(info.shape), "load_tile")
+    return f"load it first: - {{{prim}: {info.name}}}"
+
+
+def _flat(values):
+    for v in values:
+        if isinstance(v, list):
+            yield from (x for x in v if x is not None)
+        elif v is not None:
+            yield v
 
 
 class StepWalker:
@@ -84,6 +95,7 @@ class StepWalker:
         self.read: set = set()
         self.consumed: dict = {}  # name -> (step, new name)
         self.finalized: set = set()
+        self.rows = None  # rows of the step being walked (for load hints)
 
     # -- helpers -------------------------------------------------------------------------------
     def err(self, path, msg, hint="", key=False):
@@ -94,8 +106,6 @@ class StepWalker:
         if name in scope:
             self.read.add(name)
             return scope[name]
-        if name in quiet:
-            return None
         if name in self.consumed:
             step, new = self.consumed[name]
             self.err(
@@ -103,6 +113,8 @@ class StepWalker:
                 f"'{name}' was accumulated into in place by step '{step}'",
                 f"read its new name '{new}'",
             )
+        elif name in quiet:
+            return None
         elif name in self.forward:
             self.err(
                 path,
@@ -190,24 +202,25 @@ class StepWalker:
         if is_kernel:
             shape = self._gemm(step, scope, quiet)
             if shape is None:
-                return StepInfo(step.name, step.kind, (), ())
+                return self._failed(step, scope)
             rows, width, k, dtype = shape
             env["acc"] = [VType("tile", width), step.gemm.loc, True]
             ops = step.epilogue
         else:
             over = self.tensor(step.over, scope, step.loc.path + ("over",), quiet)
             if over is None:
-                return StepInfo(step.name, step.kind, (), ())
+                return self._failed(step, scope)
             if len(over.shape) != 2:
                 self.err(
                     step.loc.path + ("over",),
                     f"host steps iterate over a matrix; '{step.over}' has rank {len(over.shape)}",
                 )
-                return StepInfo(step.name, step.kind, (), ())
+                return self._failed(step, scope)
             (rows, width), k = over.shape, None
             dtype = over.dtype if over.dtype not in INDEX_DTYPES else "fp32"
             ops = step.body
         tc = _TypeCtx(rows, width, self.sizes, is_kernel)
+        self.rows = rows
         reads, writes, wrote = [], [], False
         for op in ops:
             wrote |= self._op(step, op, env, scope, quiet, tc, dtype, reads, writes)
@@ -241,6 +254,29 @@ class StepWalker:
             values,
         )
 
+    def _failed(self, step, scope):
+        """The step could not be typed (error already reported): register what it writes with
+        unknown shapes so that later steps and the outputs check do not cascade."""
+        ops = step.epilogue if step.kind == "kernel" else step.body
+        for op in ops:
+            p = self.prims[op.prim]
+            if p.results == "none":
+                names, origin = [op.get("to")], "stored"
+            elif p.family == "reduction":
+                names, origin = list(op.results), "partial"
+            else:
+                continue
+            for name in names:
+                if name in scope:
+                    continue
+                part = ("unknown",) * 5 if origin == "partial" else None
+                dtype = self.outputs.get(name, "fp32")
+                info = TensorInfo(name, ("?",), dtype, origin, step.name, op.loc, partial=part)
+                self.produced.append(info)
+                self.finalized.add(name)
+                scope[name] = info
+        return StepInfo(step.name, step.kind, (), ())
+
     def _mode(self, step, env, ops, width):
         widths = {v[0].width for v in env.values() if v[0].kind == "tile"}
         narrow, wide = half(width) in widths, double(width) in widths
@@ -271,10 +307,13 @@ class StepWalker:
             )
         elif raw in scope:
             self.err(
-                path, f"'{raw}' is a chain tensor, not an epilogue value", _load_hint(scope[raw])
+                path,
+                f"'{raw}' is a chain tensor, not an epilogue value",
+                _load_hint(scope[raw], self.rows),
             )
         else:
-            self.err(path, f"unknown value '{raw}'", did_you_mean(raw, list(env)))
+            hint = did_you_mean(raw, list(env)) or ("values so far: " + ", ".join(env))
+            self.err(path, f"unknown value '{raw}'", hint)
         return None
 
     def _op(self, step, op, env, scope, quiet, tc, dtype, reads, writes) -> bool:
@@ -303,14 +342,17 @@ class StepWalker:
                 ok &= tensors[key] is not None
                 reads.append(raw)
         results = None
-        if ok:
+        poisoned = any(v.kind == "unknown" for v in _flat(ins.values()))
+        if poisoned:  # an earlier error already explains this item; stay quiet
+            results = (VType("unknown"),) * max(len(op.results), 1)
+        elif ok:
             try:
                 results = p.infer(tc, op, ins, tensors)
             except TypeProblem as e:
                 self.err(path + ((e.key,) if e.key else ()), e.message, e.hint)
         if p.results == "none":
-            if results is not None:
-                self._store(step, op, results[0], tensors, scope, tc, dtype, writes)
+            vt = results[0] if results is not None else VType("unknown")
+            self._store(step, op, vt, tensors, scope, tc, dtype, writes)
             return True
         if results is not None and len(results) != len(op.results):
             self.err(path + ("as",), f"'{op.prim}' has {len(results)} results; name each in as")
@@ -336,6 +378,7 @@ class StepWalker:
                 continue
             if name in scope and not is_load:
                 self.err(path, f"'{name}' shadows chain tensor '{name}'", "choose a new name")
+                env[name] = [VType("unknown"), op.loc, True]  # reported; keep later uses quiet
                 continue
             vt = results[i] if results else VType("unknown")
             if vt.kind in ("rowpart", "colpart"):
@@ -367,7 +410,7 @@ class StepWalker:
 
     def _store(self, step, op, vt, tensors, scope, tc, dtype, writes):
         to, path = op.get("to"), op.loc.path
-        shape = (tc.rows, vt.width) if vt.kind == "tile" else (tc.rows,)
+        shape = (tc.rows, vt.width) if vt.kind in ("tile", "unknown") else (tc.rows,)
         default = dtype if vt.kind == "tile" else "fp32"
         declared = op.get("dtype")
         want = self.outputs.get(to)

@@ -155,3 +155,23 @@ class Spec:
 
     def tensor(self, name: str) -> Tensor | None:
         return next((t for t in self.tensors if t.name == name), None)
+
+
+def to_data(node):
+    """JSON-ready view of an IR node (golden files, build directories). Locations become ``line``."""
+    from dataclasses import fields, is_dataclass
+
+    if isinstance(node, Loc):
+        return node.line
+    if is_dataclass(node):
+        out = {}
+        for f in fields(node):
+            if f.name in ("file", "equivalent_loc"):
+                continue
+            value = getattr(node, f.name)
+            key = "line" if f.name == "loc" else f.name
+            out[key] = to_data(value)
+        return out
+    if isinstance(node, tuple | list):
+        return [to_data(x) for x in node]
+    return node

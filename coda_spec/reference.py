@@ -77,8 +77,6 @@ class RefCtx:
     def store_is_col(self, op) -> bool:
         return len(self.analysis.tensor(op.get("to")).shape) == 1
 
-    def store_shape(self, op):
-        return (self.rows, self.width) if not self.store_is_col(op) else (self.rows,)
 
 
 def _matmul(rt: RefCtx, a, b, dtype: str):

@@ -245,19 +245,42 @@ def _build(file: str, text: str) -> tuple[object, dict, dict]:
     return root[0], marks, key_marks
 
 
+def _at_index(text: str, index: int) -> tuple[int, int]:
+    """1-based (line, col) of character ``index`` of ``text``, counting lines like splitlines."""
+    parts = (text[:index] + "x").splitlines()
+    return len(parts), len(parts[-1])
+
+
+def _clamp(text: str, line: int, col: int) -> tuple[int, int]:
+    """An end-of-stream mark can sit one line past the text: point at the end of the last line."""
+    lines = text.splitlines()
+    if line <= max(len(lines), 1):
+        return line, col
+    return max(len(lines), 1), (len(lines[-1]) + 1 if lines else 1)
+
+
 def parse_text(file: str, text: str) -> Source:
     """Parse spec ``text`` (already decoded) attributed to ``file``."""
     try:
         data, marks, key_marks = _build(file, text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        line, col = _mark(mark) if mark else (0, 0)
+        line, col = _clamp(text, *_mark(mark)) if mark else (0, 0)
         what = e.problem or str(e)
         if e.context:
             what = f"{e.context}: {what}" if e.problem else e.context
         raise _err(file, line, col, f"YAML syntax error: {what}") from e
+    except yaml.reader.ReaderError as e:
+        # libyaml reports a byte offset into the UTF-8 encoding of the text.
+        index = len(text.encode("utf-8")[: e.position].decode("utf-8", errors="ignore"))
+        line, col = _at_index(text, index)
+        ch = e.character if isinstance(e.character, int) else ord(e.character[:1] or "\0")
+        what = f"character U+{ch:04X} is not allowed in YAML ({e.reason})"
+        raise _err(file, line, col, what) from e
     except yaml.YAMLError as e:
         raise _err(file, 0, 0, f"YAML error: {e}") from e
+    except UnicodeEncodeError as e:  # lone surrogates: only reachable by passing text directly
+        raise _err(file, *_at_index(text, e.start), "text is not valid Unicode") from e
     except RecursionError as e:
         raise _err(file, 0, 0, "nesting too deep to read") from e
     if data is None:

@@ -21,7 +21,7 @@ from coda_spec.primitives import registry
 from coda_spec.schema import ROOT_REQUIRED, STEP_KINDS, root_properties, structure_defs
 from coda_spec.source import Source
 
-_OPAQUE = {"type": "object"}
+_OPAQUE: dict = {}  # steps and items are checked one by one (_check_step, _check_item)
 _TYPE_NAMES = {
     "string": "a string",
     "integer": "an integer",
@@ -86,6 +86,8 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
         for key in inst:
             if key not in allowed:
                 hint = did_you_mean(key, allowed) or ("allowed keys: " + ", ".join(sorted(allowed)))
+                if " " in key.strip():
+                    hint = "a comma inside {...} splits the mapping; quote the text that holds it"
                 out.append(src.diag(path + (key,), f"unknown key '{key}'", hint, key=True))
         return out
     if v == "required":
@@ -115,6 +117,16 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
             else ""
         )
         return [src.diag(path, f"expected {want}, got {_describe(inst)}", hint)]
+    if v == "pattern" and "propertyNames" in error.relative_schema_path:
+        # A mapping key is not a name: point at the key itself, not at the mapping.
+        return [
+            src.diag(
+                path + (inst,),
+                f"{inst!r} is not a name",
+                "names are letters, digits and '_', not starting with a digit",
+                key=True,
+            )
+        ]
     if v == "pattern":
         what = "a gemm operand (NAME or NAME.T)" if r"\.T" in error.validator_value else "a name"
         return [
@@ -127,11 +139,10 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
     if v == "propertyNames":
         return [src.diag(path, f"{_describe(inst)} is not a valid name", "use letters, digits, _")]
     if v == "anyOf":
-        return [
-            src.diag(
-                path, f"{_describe(inst)} is not allowed here", _anyof_hint(error.validator_value)
-            )
-        ]
+        consts = [o["const"] for o in error.validator_value if isinstance(o.get("const"), str)]
+        hint = _anyof_hint(error.validator_value)
+        close = did_you_mean(inst, consts) if isinstance(inst, str) else ""
+        return [src.diag(path, f"{_describe(inst)} is not allowed here", close or hint)]
     if v in ("minItems", "maxItems") and error.schema.get("minItems") == error.schema.get(
         "maxItems"
     ):
@@ -224,9 +235,13 @@ def _check_step(ck: _Checker, src: Source, path: tuple, step, out: list):
         if kinds:
             msg, hint = "a step has exactly one kind; found " + ", ".join(kinds), ""
         else:
-            guess = [did_you_mean(k, STEP_KINDS) for k in step]
-            hint = next((g for g in guess if g), "start it with kernel:, host: or finalize:")
+            guess = [(k, did_you_mean(k, STEP_KINDS)) for k in step]
+            key, hint = next(((k, g) for k, g in guess if g), (None, ""))
             msg = "step has no kind (kernel, host or finalize)"
+            if key is not None:  # point at the misspelled kind
+                out.append(src.diag(path + (key,), msg, hint, key=True))
+                return
+            hint = "start it with kernel:, host: or finalize:"
         out.append(src.diag(path, msg, hint))
         return
     _check(ck.kinds[kinds[0]], src, path, step, out)
@@ -261,7 +276,7 @@ def validate_source(src: Source) -> None:
             for i, step in enumerate(node):
                 _check_step(ck, src, section + (i,), step, out)
     if out:
-        raise SpecError(_dedupe(out))
+        raise SpecError(sorted(_dedupe(out), key=lambda d: (d.line, d.col)))
 
 
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:

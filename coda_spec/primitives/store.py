@@ -29,9 +29,8 @@ def _infer(tc, op, ins, tensors):
 
 def _reference(rt, op, ins, tensors):
     v = ins["store"]
-    if v.dim() == 2 and v.shape[1] == 1 and rt.store_is_col(op):
+    if rt.store_is_col(op):
         v = v.reshape(-1)
-    v = v.expand(rt.store_shape(op)) if v.dim() == 2 else v
     if "add_to" in tensors:
         v = rt.load(tensors["add_to"]) + v
     return (v,)

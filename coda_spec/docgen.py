@@ -1,0 +1,60 @@
+"""Generate the primitive reference of docs/spec-language.md from the registry.
+
+``python -m coda_spec.docgen`` rewrites the section between the GENERATED markers; a test fails
+when the checked-in page is stale, so the docs can never drift from the primitives.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from coda_spec.primitives import registry
+from coda_spec.primitives.base import FAMILIES
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "spec-language.md"
+BEGIN = "<!-- BEGIN GENERATED PRIMITIVES (python -m coda_spec.docgen) -->"
+END = "<!-- END GENERATED PRIMITIVES -->"
+TITLES = {"elementwise": "Elementwise", "pair": "Pairs (adjacent columns)",
+          "vector": "Vector loads and per-row values", "tile": "Tiles: extra inputs and outputs",
+          "reduction": "Reductions", "stateful": "Stateful: prepass statistics"}
+
+
+def _body(name: str) -> str:
+    mod = importlib.import_module(f"coda_spec.primitives.{name}")
+    doc = (mod.__doc__ or "").strip().split("\n", 1)
+    return doc[1].strip() if len(doc) > 1 else ""
+
+
+def render() -> str:
+    prims = registry()
+    out = [BEGIN, "", "## Primitive reference", "",
+           f"{len(prims)} primitives in {len(FAMILIES)} families. Run `coda primitives` for the "
+           "one-line list.", ""]
+    for fam in FAMILIES:
+        out += [f"### {TITLES[fam]}", ""]
+        for name in sorted(n for n, p in prims.items() if p.family == fam):
+            p = prims[name]
+            ports = ", ".join(f"`{k}`" for k in p.operands) or "none"
+            tensors = ", ".join(f"`{k}`" for k in p.tensors) or "none"
+            out += [f"#### `{name}`", "", p.summary, "", "```yaml", p.example, "```", ""]
+            body = _body(name)
+            if body:
+                out += [body, ""]
+            out += [f"Reads values: {ports}. Reads chain tensors: {tensors}.", ""]
+    out.append(END)
+    return "\n".join(out)
+
+
+def updated(text: str) -> str:
+    head, _, rest = text.partition("<!-- BEGIN GENERATED PRIMITIVES")
+    _, _, tail = rest.partition(END)
+    return head + render() + tail
+
+
+if __name__ == "__main__":
+    new = updated(DOC.read_text())
+    if "--check" in sys.argv:
+        sys.exit(0 if new == DOC.read_text() else 1)
+    DOC.write_text(new)

@@ -1,0 +1,31 @@
+"""The docs cannot drift: generated sections are current and the full example checks clean."""
+
+from __future__ import annotations
+
+import re
+
+from coda_spec.docgen import DOC, updated
+from coda_spec.frontend import check_source
+from coda_spec.source import parse_text
+from tests.conftest import ROOT
+
+
+def test_primitive_reference_is_current():
+    assert DOC.read_text() == updated(DOC.read_text()), "run: python -m coda_spec.docgen"
+
+
+def _yaml_blocks(path):
+    return re.findall(r"```yaml\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def test_complete_example_in_the_language_reference_checks_clean():
+    first = _yaml_blocks(DOC)[0]
+    checked = check_source(parse_text("docs/spec-language.md", first))
+    assert checked.spec.name == "rmsnorm_chain"
+
+
+def test_readme_example_checks_clean():
+    blocks = [b for b in _yaml_blocks(ROOT / "README.md") if b.startswith("coda: 1")]
+    assert blocks, "README shows no complete spec"
+    for b in blocks:
+        check_source(parse_text("README.md", b))

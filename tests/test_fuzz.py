@@ -1,0 +1,458 @@
+"""Fuzzing ``coda check``: no input, however hostile, may crash it.
+
+Every input must either pass every check stage or raise :class:`SpecError` whose diagnostics are
+all located (file set, line >= 0 and within the file, col >= 0, message non-empty). Anything else
+(KeyError, TypeError, RecursionError, ...) is a bug in coda.
+
+Two families:
+
+* raw input: random bytes, random text and YAML-flavoured text go through the loader
+  (``decode_bytes`` + ``parse_text``) and the checker (``check_source``);
+* structure-aware mutations of every bundled ``specs/*.yaml``: load it, apply one to three
+  mutations to the data (delete or rename a key, replace a value by another type, duplicate,
+  delete or swap list items, swap names, change a number, change dims, insert a primitive, edit a
+  string), re-serialize with ``yaml.safe_dump`` and check the result.
+
+The runs are deterministic (``derandomize=True``) and bounded. To hunt for new crashes, set
+``CODA_FUZZ_EXAMPLES=20000`` (random seed, that many examples per test). Run with ``-s`` to see
+the example counts and the fraction that came out valid.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import string
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coda_spec.errors import SpecError
+from coda_spec.frontend import check_source
+from coda_spec.primitives import registry
+from coda_spec.source import decode_bytes, load_source, parse_text
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HUNT = int(os.environ.get("CODA_FUZZ_EXAMPLES", "0"))
+
+
+def _settings(examples: int):
+    """Deterministic and bounded by default; CODA_FUZZ_EXAMPLES=N hunts with a random seed."""
+    return settings(
+        max_examples=_HUNT or examples,
+        derandomize=not _HUNT,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The oracle
+
+
+def check_text(file: str, text: str) -> str:
+    """Run load + every check stage on ``text``; return 'valid' or 'invalid'. Crashes propagate."""
+    try:
+        check_source(parse_text(file, text))
+    except SpecError as e:
+        assert_located(e, file, text)
+        return "invalid"
+    return "valid"
+
+
+def check_bytes(file: str, raw: bytes) -> str:
+    try:
+        text = decode_bytes(file, raw)
+    except SpecError as e:
+        assert_located(e, file, None)
+        return "invalid"
+    return check_text(file, text)
+
+
+def assert_located(e: SpecError, file: str, text: str | None) -> None:
+    assert e.diagnostics, "SpecError without diagnostics"
+    n_lines = max(1, len(text.splitlines())) if text is not None else None
+    for d in e.diagnostics:
+        where = f"{d.file}:{d.line}:{d.col}: {d.message!r}"
+        assert d.file == file, where
+        assert isinstance(d.line, int) and d.line >= 0, where
+        assert isinstance(d.col, int) and d.col >= 0, where
+        assert isinstance(d.message, str) and d.message.strip(), where
+        assert isinstance(d.path, str) and d.path, where
+        if n_lines is not None:
+            assert d.line <= n_lines, f"{where} is past the last line ({n_lines})"
+
+
+@pytest.fixture(scope="module")
+def stats():
+    """Per-test outcome counters; the summary prints at module teardown (visible with -s)."""
+    table: dict[str, Counter] = {}
+    yield table
+    print("\n\nfuzz summary (examples, valid fraction):")
+    for name, c in sorted(table.items()):
+        total = c["valid"] + c["invalid"]
+        print(f"  {name:<44} {total:6d} examples  {c['valid'] / max(total, 1):6.1%} valid")
+
+
+def _count(stats, name: str, outcome: str) -> None:
+    stats.setdefault(name, Counter())[outcome] += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# a. raw bytes and text
+
+YAML_ALPHABET = "[]{}:,-?&*!|>'\"%@`#\n\t \r" + "abcxyz_019.eE+" + "\ufeff\u00e9\u2028\x85\x00"
+YAML_WORDS = st.sampled_from(
+    [
+        "coda: 1\n",
+        "name: x\n",
+        "steps:\n",
+        "  - kernel: k\n",
+        "    gemm: {a: x, b: w.T}\n",
+        "    epilogue: [{relu: acc, as: y}, {store: y}]\n",
+        "tensors: {x: {shape: [M, D], dtype: bf16}}\n",
+        "outputs: {y: bf16}\n",
+        "dims: {M: dynamic, D: 64}\n",
+        "&a ",
+        "*a ",
+        "<<: ",
+        "!!python/object:os.system ",
+        "---\n",
+        "...\n",
+        "? ",
+        "[",
+        "{",
+        "]",
+        "}",
+        "- ",
+        "  ",
+        "\t",
+        "|\n",
+        ">-\n",
+        "'",
+        '"',
+        "\\",
+        "1e-6",
+        ".inf",
+        "~",
+        "%YAML 1.1\n",
+        "%TAG ! tag:x,2000:\n",
+    ]
+)
+
+
+@_settings(400)
+@given(raw=st.binary(max_size=400))
+def test_random_bytes(raw, stats):
+    _count(stats, "a.random_bytes", check_bytes("fuzz.yaml", raw))
+
+
+@_settings(400)
+@given(text=st.text(max_size=300))
+def test_random_text(text, stats):
+    _count(stats, "a.random_text", check_text("fuzz.yaml", text))
+
+
+@_settings(600)
+@given(
+    text=st.one_of(
+        st.text(alphabet=YAML_ALPHABET, max_size=200),
+        st.lists(YAML_WORDS, max_size=30).map("".join),
+    )
+)
+def test_yaml_flavoured_text(text, stats):
+    _count(stats, "a.yaml_flavoured_text", check_bytes("fuzz.yaml", text.encode("utf-8")))
+
+
+# ---------------------------------------------------------------------------------------------
+# b. structure-aware mutations of the bundled specs
+
+
+def _nodes(data, path=()):
+    yield path, data
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _nodes(v, path + (k,))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _nodes(v, path + (i,))
+
+
+def _get(data, path):
+    for p in path:
+        data = data[p]
+    return data
+
+
+def _set(data, path, value):
+    _get(data, path[:-1])[path[-1]] = value
+
+
+def _names(data) -> list[str]:
+    return sorted({v for _, v in _nodes(data) if isinstance(v, str) and NAME.match(v)})
+
+
+def _small_edit(draw, s: str) -> str:
+    """Insert, delete or replace one character (a typo)."""
+    alphabet = string.ascii_lowercase + "_0"
+    i = draw(st.integers(0, len(s)))
+    how = draw(st.sampled_from(["insert", "delete", "replace", "swapcase", "suffix"]))
+    if how == "insert" or not s:
+        return s[:i] + draw(st.sampled_from(alphabet)) + s[i:]
+    i = min(i, len(s) - 1)
+    if how == "delete":
+        return s[:i] + s[i + 1 :]
+    if how == "replace":
+        return s[:i] + draw(st.sampled_from(alphabet)) + s[i + 1 :]
+    if how == "swapcase":
+        return s.swapcase()
+    return s + draw(st.sampled_from(["s", "_2", ".T", "x"]))
+
+
+def _other_value(draw, names: list[str]):
+    """A value of some (usually other) type."""
+    return draw(
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-3, 10),
+            st.integers(-(2**70), 2**70),
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.sampled_from(["", "acc", "dynamic", "bf16", "int32", "M", "2*D", "x.T", "1e-6"]),
+            st.sampled_from(names),
+            st.text(max_size=8),
+            st.lists(st.sampled_from(names), max_size=3),
+            st.dictionaries(st.sampled_from(names), st.sampled_from(names), max_size=2),
+        )
+    )
+
+
+class _Nothing(Exception):
+    """The drawn mutation has nothing to act on in this document; try another."""
+
+
+def _pick(draw, items, label):
+    if not items:
+        raise _Nothing(label)
+    return items[draw(st.integers(0, len(items) - 1), label=label)]
+
+
+def _dicts(data):
+    return [(p, v) for p, v in _nodes(data) if isinstance(v, dict) and v]
+
+
+def _lists(data):
+    return [(p, v) for p, v in _nodes(data) if isinstance(v, list) and v]
+
+
+def _leaves(data, kinds):
+    return [
+        (p, v)
+        for p, v in _nodes(data)
+        if p and isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
+    ]
+
+
+def m_delete_key(draw, data, names):
+    path, d = _pick(draw, _dicts(data), "dict")
+    key = _pick(draw, list(d), "key")
+    del d[key]
+    return f"delete {path + (key,)}"
+
+
+def m_rename_key(draw, data, names):
+    path, d = _pick(draw, _dicts(data), "dict")
+    key = _pick(draw, list(d), "key")
+    new = _small_edit(draw, key)
+    items = [(new if k == key else k, v) for k, v in d.items()]
+    d.clear()
+    d.update(items)  # a rename onto an existing key drops one entry, as a user's edit would
+    return f"rename {path + (key,)} -> {new!r}"
+
+
+def m_replace_value(draw, data, names):
+    nodes = [(p, v) for p, v in _nodes(data) if p]
+    path, _ = _pick(draw, nodes, "node")
+    value = _other_value(draw, names)
+    _set(data, path, value)
+    return f"replace {path} with {value!r}"
+
+
+def m_list_op(draw, data, names):
+    path, lst = _pick(draw, _lists(data), "list")
+    i = draw(st.integers(0, len(lst) - 1))
+    j = draw(st.integers(0, len(lst) - 1))
+    how = draw(st.sampled_from(["duplicate", "delete", "swap", "move"]))
+    if how == "duplicate":
+        lst.insert(i + 1, copy.deepcopy(lst[i]))
+    elif how == "delete":
+        del lst[i]
+    elif how == "swap":
+        lst[i], lst[j] = lst[j], lst[i]
+    else:
+        lst.insert(j, lst.pop(i))
+    return f"{how} {path}[{i}] ({j})"
+
+
+def m_swap_names(draw, data, names):
+    leaves = [(p, v) for p, v in _leaves(data, (str,)) if NAME.match(v)]
+    (pa, a), (pb, b) = _pick(draw, leaves, "a"), _pick(draw, leaves, "b")
+    if draw(st.booleans(), label="everywhere"):
+        for p, v in leaves:  # rename one name everywhere it appears (values, not keys)
+            if v == a:
+                _set(data, p, b)
+        return f"rename every {a!r} -> {b!r}"
+    _set(data, pa, b)
+    _set(data, pb, a)
+    return f"swap {pa}={a!r} <-> {pb}={b!r}"
+
+
+def m_change_number(draw, data, names):
+    leaves = _leaves(data, (int, float))
+    if not leaves:
+        return "no numbers"
+    path, v = _pick(draw, leaves, "number")
+    new = draw(
+        st.sampled_from([v + 1, v - 1, 0, -v, v * 2, v // 2 if isinstance(v, int) else v / 2, 1, 7])
+    )
+    _set(data, path, new)
+    return f"number {path}: {v!r} -> {new!r}"
+
+
+def m_change_dims(draw, data, names):
+    dims = data.get("dims") if isinstance(data, dict) else None
+    dim_names = list(dims) if isinstance(dims, dict) else []
+    exprs = dim_names + [f"2*{d}" for d in dim_names] + [f"{d}/2" for d in dim_names]
+    exprs += [f"{d}/0" for d in dim_names[:1]] + [f"{d}-{d}" for d in dim_names[:1]]
+    exprs += ["UNDECLARED", "((", "1.5", "-8", "0"]
+    if dim_names and draw(st.booleans(), label="in dims"):
+        name = _pick(draw, dim_names, "dim")
+        new = draw(
+            st.one_of(
+                st.sampled_from([1, 2, 3, 7, 8, 16, 64, 4097, "dynamic", 0, -1]),
+                st.integers(1, 10**5),
+            )
+        )
+        dims[name] = new
+        return f"dims.{name} = {new!r}"
+    shapes = [
+        (p, v)
+        for p, v in _nodes(data)
+        if len(p) >= 2 and p[-1] == "shape" and isinstance(v, list) and v
+    ]
+    if not shapes:
+        return "no shapes"
+    path, shape = _pick(draw, shapes, "shape")
+    how = draw(st.sampled_from(["set", "append", "drop", "swap"]))
+    if how == "set" and exprs:
+        shape[draw(st.integers(0, len(shape) - 1))] = _pick(draw, exprs, "expr")
+    elif how == "append":
+        shape.append(_pick(draw, exprs, "expr") if exprs else 1)
+    elif how == "drop":
+        shape.pop()
+    else:
+        shape.reverse()
+    return f"shape {path} {how} -> {shape!r}"
+
+
+def m_insert_primitive(draw, data, names):
+    bodies = [
+        (p, v)
+        for p, v in _nodes(data)
+        if p and p[-1] in ("epilogue", "body") and isinstance(v, list)
+    ]
+    if not bodies:
+        return "no epilogue"
+    path, body = _pick(draw, bodies, "body")
+    prims = registry()
+    if draw(st.booleans(), label="unknown"):
+        item = {draw(st.sampled_from(["frobnicate", "rleu", "reduce", "kernel"])): "acc", "as": "z"}
+    else:
+        p = prims[draw(st.sampled_from(sorted(prims)))]
+        item = yaml.safe_load(p.example)[0]
+        for k, v in list(item.items()):  # rewire some of its names to the spec's own
+            if isinstance(v, str) and NAME.match(v) and draw(st.booleans()):
+                item[k] = draw(st.sampled_from(names + ["acc"]))
+    body.insert(draw(st.integers(0, len(body))), item)
+    return f"insert {item!r} into {path}"
+
+
+def m_edit_string(draw, data, names):
+    leaves = _leaves(data, (str,))
+    path, v = _pick(draw, leaves, "string")
+    if path and path[-1] == "equivalent_to" and draw(st.booleans()):
+        lines = v.splitlines()
+        if lines:
+            del lines[draw(st.integers(0, len(lines) - 1))]
+        new = "\n".join(lines)
+    else:
+        new = _small_edit(draw, v)
+    _set(data, path, new)
+    return f"edit {path}: {new[:40]!r}"
+
+
+MUTATIONS = (
+    m_delete_key,
+    m_rename_key,
+    m_replace_value,
+    m_list_op,
+    m_swap_names,
+    m_change_number,
+    m_change_dims,
+    m_insert_primitive,
+    m_edit_string,
+)
+
+
+@st.composite
+def mutated(draw, data):
+    data = copy.deepcopy(data)
+    names = _names(data) or ["x"]
+    log = []
+    for _ in range(draw(st.integers(1, 3), label="n mutations")):
+        if not isinstance(data, dict) or not data:
+            break
+        mutation = draw(st.sampled_from(MUTATIONS))
+        try:
+            log.append(mutation(draw, data, names))
+        except _Nothing as e:
+            log.append(f"{mutation.__name__}: no {e}")
+    return data, log
+
+
+def _per_spec_examples() -> int:
+    # A fixed budget for the whole catalogue so the file stays fast as specs are added.
+    return max(40, 1200 // max(len(SPECS), 1))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_mutated_specs(spec, stats):
+    base = load_source(spec).data
+    assert check_text(str(spec), spec.read_text(encoding="utf-8")) == "valid"
+
+    @_settings(_per_spec_examples())
+    @given(case=mutated(base))
+    def run(case):
+        data, log = case
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+        try:
+            outcome = check_text(spec.name, text)
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - report the mutations that crashed it
+            raise AssertionError(f"{type(e).__name__}: {e} after mutations {log}") from e
+        _count(stats, f"b.mutated[{spec.stem}]", outcome)
+
+    run()
+
+
+def test_bundled_specs_exist():
+    assert SPECS, "no specs/*.yaml to mutate"

@@ -1,0 +1,102 @@
+"""The JSON Schema and the primitive registry agree, and the checked-in schema file is current."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+from coda_spec.primitives import registry
+from coda_spec.primitives.base import FAMILIES
+from coda_spec.schema import SCHEMA_FILE, build_schema, schema_json
+
+PRIMS = sorted(registry())
+
+
+def test_schema_file_is_current():
+    assert SCHEMA_FILE.read_text() == schema_json(), (
+        "coda_spec/schema/coda-1.schema.json is stale; run: coda schema > "
+        "coda_spec/schema/coda-1.schema.json"
+    )
+
+
+def test_schema_is_valid_draft_2020_12():
+    Draft202012Validator.check_schema(build_schema())
+
+
+def test_schema_defs_match_registry():
+    defs = build_schema()["$defs"]
+    in_schema = sorted(k[len("prim_") :] for k in defs if k.startswith("prim_"))
+    assert in_schema == PRIMS
+    refs = sorted(r["$ref"].rsplit("_", 1)[-1] for r in defs["epilogue_item"]["anyOf"])
+    assert len(refs) == len(PRIMS)
+
+
+def test_every_family_has_primitives():
+    fams = {p.family for p in registry().values()}
+    assert fams == set(FAMILIES)
+
+
+def _closed(schema, where="") -> list[str]:
+    """Paths of object schemas that do not set additionalProperties: false."""
+    bad = []
+    if isinstance(schema, dict):
+        if schema.get("type") == "object" and "properties" in schema:
+            if schema.get("additionalProperties") is not False:
+                bad.append(where)
+        for k, v in schema.items():
+            bad += _closed(v, f"{where}/{k}")
+    elif isinstance(schema, list):
+        for i, v in enumerate(schema):
+            bad += _closed(v, f"{where}/{i}")
+    return bad
+
+
+def test_additional_properties_false_everywhere():
+    assert _closed(build_schema()) == []
+
+
+@pytest.mark.parametrize("name", PRIMS)
+def test_primitive_declares_itself(name):
+    p = registry()[name]
+    assert p.name == name
+    assert p.family in FAMILIES
+    assert p.summary and p.example.startswith("- {")
+    assert name in p.schema["properties"] and name in p.schema["required"]
+    for key in p.operands + p.tensors:
+        assert key in p.schema["properties"], f"port {key} missing from {name}'s schema"
+    assert p.cache_key() == (name, p.version)
+
+
+@pytest.mark.parametrize("name", PRIMS)
+def test_primitive_example_matches_its_fragment_and_the_full_schema(name):
+    p = registry()[name]
+    item = yaml.safe_load(p.example)[0]
+    Draft202012Validator(p.schema).validate(item)
+    full = build_schema()
+    item_schema = {"$defs": full["$defs"], "$ref": "#/$defs/epilogue_item"}
+    Draft202012Validator(item_schema).validate(item)
+
+
+def test_full_schema_accepts_every_bundled_spec():
+    from tests.conftest import SPECS
+
+    from coda_spec.source import load_source
+
+    validator = Draft202012Validator(build_schema())
+    for path in SPECS:
+        data = load_source(path).data
+        errors = [e.message for e in validator.iter_errors(data)]
+        assert errors == [], f"{path.name}: {errors[:3]}"
+
+
+def test_cli_schema_prints_the_schema():
+    from click.testing import CliRunner
+
+    from coda_spec.cli import main
+
+    out = CliRunner().invoke(main, ["schema"])
+    assert out.exit_code == 0
+    assert json.loads(out.output)["$id"] == "urn:coda:spec:1"
