@@ -147,7 +147,8 @@ def _inputs(src, spec, sizes, diags) -> dict:
                 shape.append(fold(d, sizes))
             except DimError as e:
                 diags.append(src.diag(path + ("shape", i), str(e), e.hint))
-                shape.append(str(d))
+                shape = ["?"]  # reported: readers of this tensor stay quiet
+                break
         if t.dtype in FP8_DTYPES:
             diags.append(
                 src.diag(
@@ -156,6 +157,7 @@ def _inputs(src, spec, sizes, diags) -> dict:
                     "use bf16 or fp16; fp8 GEMMs are planned",
                 )
             )
+            shape = ["?"]  # reported: readers of this tensor stay quiet
         is_index = t.dtype in INDEX_DTYPES
         if is_index and t.range is None:
             diags.append(
@@ -196,7 +198,46 @@ def _program_diag(src, path, err: ExprError, is_block_start: bool = True) -> Dia
     return Diagnostic(d.file, line, col, d.path, d.message, d.hint)
 
 
-def _check_programs(src, spec, tensors, diags, warnings):
+def _explain(errs: list, produced: set, text: str = "") -> list:
+    """Drop the duplicate 'unknown name' ('unknown attribute') of a call to an unknown function
+    (method) and repeated uses of one unknown name, point method errors at the method's name,
+    and explain names that are chain intermediates (the program must restate them from the
+    inputs)."""
+    calls = {
+        (e.line, e.col)
+        for e in errs
+        if e.message.startswith(("unknown function", "unknown method"))
+    }
+    out, seen = [], set()
+    lines = text.splitlines()
+    for e in errs:
+        quoted = e.message.split("'")[1] if "'" in e.message else ""
+        duplicate = e.message.startswith(("unknown name '", "unknown attribute '"))
+        if duplicate and (e.line, e.col) in calls:
+            continue
+        name = quoted if e.message.startswith("unknown name '") else None
+        if name is not None:  # each unknown name is reported once, at its first use
+            if name in seen:
+                continue
+            seen.add(name)
+        if e.message.startswith(("unknown method '", "unknown attribute '")):
+            attr = quoted.strip(".()")
+            here = lines[e.line - 1] if 0 < e.line <= len(lines) else ""
+            at = here.find("." + attr, e.col - 1)
+            if at >= 0:  # the node starts at the receiver; the caret goes under the name
+                e = ExprError(e.message, e.line, at + 2, e.hint)
+        if name in produced:
+            e = ExprError(
+                f"'{name}' is a chain intermediate, not an input",
+                e.line,
+                e.col,
+                f"state it from the inputs first, e.g. '{name} = ...' on an earlier line",
+            )
+        out.append(e)
+    return out
+
+
+def _check_programs(src, spec, tensors, diags, warnings, produced=frozenset()):
     dims = {d.name for d in spec.dims}
     inputs = {t.name for t in spec.tensors}
     for t in spec.tensors:
@@ -205,7 +246,7 @@ def _check_programs(src, spec, tensors, diags, warnings):
         path = t.loc.path + ("derive",)
         try:
             prog = parse(t.derive, single_expression=True)
-            errs = check(prog, inputs - {t.name}, dims)
+            errs = _explain(check(prog, inputs - {t.name}, dims), produced, t.derive)
         except ExprError as e:
             errs = [e]
         diags.extend(_program_diag(src, path, e) for e in errs)
@@ -214,7 +255,7 @@ def _check_programs(src, spec, tensors, diags, warnings):
     path = ("equivalent_to",)
     try:
         prog = parse(spec.equivalent_to)
-        errs = check(prog, inputs, dims)
+        errs = _explain(check(prog, inputs, dims), produced, spec.equivalent_to)
     except ExprError as e:
         diags.append(_program_diag(src, path, e))
         return
@@ -245,11 +286,11 @@ def _check_programs(src, spec, tensors, diags, warnings):
 def _backward_scope(src, spec, fwd_tensors, inputs, diags) -> dict:
     bw = spec.backward
     scope = {}
-    for name in bw.save:
+    for i, name in enumerate(bw.save):
         if name not in fwd_tensors:
             diags.append(
                 src.diag(
-                    ("backward", "save"),
+                    ("backward", "save", i),
                     f"cannot save '{name}': no forward tensor has that name",
                     did_you_mean(name, fwd_tensors),
                 )
@@ -297,14 +338,23 @@ def src_loc(src, path):
     return Loc(line, col, path)
 
 
-def _check_outputs(src, outputs, tensors, produced, diags, section=("outputs",)):
+def _check_outputs(src, outputs, tensors, produced, diags, section=("outputs",), failed=()):
     for o in outputs:
         path = section + (o.name,)
         info = tensors.get(o.name)
-        if o.name not in produced:
-            hint = did_you_mean(o.name, produced) or (
-                "it is an input; outputs are written by steps" if info else ""
+        if o.name in failed and o.name not in produced:
+            continue  # its step failed to type; that error explains it
+        if o.name not in produced and info is not None:
+            diags.append(
+                src.diag(
+                    path,
+                    f"output '{o.name}' is a chain input; outputs are tensors the steps write",
+                    did_you_mean(o.name, produced) or "remove it from outputs",
+                    key=True,
+                )
             )
+        elif o.name not in produced:
+            hint = did_you_mean(o.name, produced)
             diags.append(src.diag(path, f"output '{o.name}' is never written", hint, key=True))
         elif info.origin == "partial":
             diags.append(
@@ -334,15 +384,17 @@ def analyze(src: Source, spec: Spec) -> Analysis:
     tensors = _inputs(src, spec, sizes, diags)
     known = {n: f"input '{n}' (line {t.loc.line})" for n, t in tensors.items()}
     quiet = _order_checks(src, spec.steps, known, prims, diags)
+    # Names some step declares it writes: if that step fails to type, reads stay quiet.
+    declared = {n for s in spec.steps for n, _ in _productions(s, prims)}
     outputs = {o.name: o.dtype for o in spec.outputs}
     walker = StepWalker(src, sizes, prims, diags, warnings, outputs)
-    steps = walker.walk(spec.steps, dict(tensors), quiet)
+    steps = walker.walk(spec.steps, dict(tensors), quiet | declared)
     fwd = dict(tensors)
     fwd.update({t.name: t for t in walker.produced})
     produced = {t.name for t in walker.produced}
-    _check_outputs(src, spec.outputs, fwd, produced, diags)
+    _check_outputs(src, spec.outputs, fwd, produced, diags, failed=declared)
     walker.check_unused(spec, set(outputs), warnings)
-    _check_programs(src, spec, tensors, diags, warnings)
+    _check_programs(src, spec, tensors, diags, warnings, produced)
     bsteps: tuple = ()
     all_tensors = list(fwd.values())
     if spec.backward is not None:
@@ -352,9 +404,13 @@ def analyze(src: Source, spec: Spec) -> Analysis:
             {n: f"gradient input '{n}'" for n, t in scope.items() if t.origin == "grad_in"}
         )
         bquiet = _order_checks(src, spec.backward.steps, bknown, prims, diags)
+        # Gradients rejected by _backward_scope (reported there): reading them stays quiet.
+        bquiet |= {g for g, of in spec.backward.grads if of not in fwd or g in fwd}
+        bdeclared = {n for s in spec.backward.steps for n, _ in _productions(s, prims)}
         bouts = {o.name: o.dtype for o in spec.backward.outputs}
         bwalker = StepWalker(src, sizes, prims, diags, warnings, bouts, forward=fwd)
-        bsteps = bwalker.walk(spec.backward.steps, scope, bquiet)
+        grads_in = [t for t in scope.values() if t.origin == "grad_in"]
+        bsteps = bwalker.walk(spec.backward.steps, dict(scope), bquiet | bdeclared)
         bmap = dict(scope)
         bmap.update({t.name: t for t in bwalker.produced})
         _check_outputs(
@@ -364,8 +420,9 @@ def analyze(src: Source, spec: Spec) -> Analysis:
             {t.name for t in bwalker.produced},
             diags,
             ("backward", "outputs"),
+            failed=bdeclared,
         )
-        all_tensors += [t for t in scope.values() if t.origin == "grad_in"] + list(bwalker.produced)
+        all_tensors += grads_in + list(bwalker.produced)
     if diags:
         raise SpecError(sorted(diags, key=lambda d: (d.line, d.col)))
     return Analysis(spec, tuple(all_tensors), steps, bsteps, tuple(warnings))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coda_spec.dims import DimError, fold
+from coda_spec.dims import DimError, fold, show
 from coda_spec.errors import Diagnostic, did_you_mean
 from coda_spec.finalize import NEEDS_N
 from coda_spec.ir import Loc
@@ -96,6 +96,7 @@ class StepWalker:
         self.consumed: dict = {}  # name -> (step, new name)
         self.finalized: set = set()
         self.rows = None  # rows of the step being walked (for load hints)
+        self.unknown: set = set()  # unknown tensor names, reported once at their first use
 
     # -- helpers -------------------------------------------------------------------------------
     def err(self, path, msg, hint="", key=False):
@@ -105,6 +106,8 @@ class StepWalker:
         """Resolve a chain tensor reference or report why it cannot be read here."""
         if name in scope:
             self.read.add(name)
+            if scope[name].shape == ("?",):  # written by a step that failed (see _failed)
+                return None
             return scope[name]
         if name in self.consumed:
             step, new = self.consumed[name]
@@ -113,7 +116,7 @@ class StepWalker:
                 f"'{name}' was accumulated into in place by step '{step}'",
                 f"read its new name '{new}'",
             )
-        elif name in quiet:
+        elif name in quiet or name in self.unknown:  # reported already, or explained elsewhere
             return None
         elif name in self.forward:
             self.err(
@@ -123,6 +126,7 @@ class StepWalker:
             )
         else:
             self.err(path, f"unknown tensor '{name}'", did_you_mean(name, scope))
+            self.unknown.add(name)
         return None
 
     def tma_rule(self, width, dtype, path, what):
@@ -145,10 +149,11 @@ class StepWalker:
                 out.append(self.epilogue_step(step, scope, quiet))
         for t in self.produced:
             if t.origin == "partial" and t.name not in self.finalized:
+                op = FOLDS.get(t.partial[1], ("sum",))[0] if t.partial else "sum"
                 self.err(
                     t.loc.path,
                     f"reduction '{t.name}' is never finalized",
-                    f"add a step: - {{finalize: sum, of: {t.name}, as: ...}}",
+                    f"add a step: - {{finalize: {op}, of: {t.name}, as: ...}}",
                 )
         return tuple(out)
 
@@ -180,7 +185,11 @@ class StepWalker:
         (m, ka), (kb, n) = infos["a"], infos["b"]
         a, b = self.tensor(g.a.name, scope, (), quiet), self.tensor(g.b.name, scope, (), quiet)
         if a.dtype != b.dtype:
-            self.err(path, f"gemm operands differ in dtype ({a.dtype} vs {b.dtype})")
+            self.err(
+                path,
+                f"gemm operands differ in dtype ({a.dtype} vs {b.dtype})",
+                "a and b must share one dtype, bf16 or fp16",
+            )
         if ka != kb:
             flip = f"{g.b.name}" if g.b.transposed else f"{g.b.name}.T"
             fixes = infos["b"][::-1][0] == ka
@@ -189,8 +198,8 @@ class StepWalker:
                 f"inner dims differ: a is [{m}, {ka}] but b is [{kb}, {n}]",
                 f"did you mean b: {flip}?"
                 if fixes
-                else "acc = a @ b needs a's columns "
-                "to equal b's rows; write NAME.T to transpose a torch Linear weight",
+                else "acc = a @ b needs a's columns to equal b's rows; check the shapes of "
+                f"'{g.a.name}' and '{g.b.name}'",
             )
             return None
         self.tma_rule(ka, a.dtype, path, "the reduction dim K")
@@ -291,7 +300,7 @@ class StepWalker:
             return "acc_pair"
         return "plain"
 
-    def _operand(self, raw, path, env, scope, later):
+    def _operand(self, raw, path, env, scope, later, loc=None):
         if isinstance(raw, (int, float)) and not isinstance(raw, bool):
             return VType("scalar")
         if raw in env:
@@ -305,6 +314,14 @@ class StepWalker:
                 f"value '{raw}' is used before it is defined (line {later[raw]})",
                 "move this item after its definition",
             )
+            return None
+        elif raw in scope and scope[raw].origin == "partial":
+            self.err(
+                path,
+                f"'{raw}' is a reduction partial; only a finalize step can read it",
+                "finalize it in a later step, e.g. - {finalize: "
+                f"{FOLDS.get(scope[raw].partial[1], ('sum',))[0]}, of: {raw}, as: ...}}",
+            )
         elif raw in scope:
             self.err(
                 path,
@@ -314,6 +331,8 @@ class StepWalker:
         else:
             hint = did_you_mean(raw, list(env)) or ("values so far: " + ", ".join(env))
             self.err(path, f"unknown value '{raw}'", hint)
+        if loc is not None:  # reported once per epilogue, as C compilers do; later uses are quiet
+            env[raw] = [VType("unknown"), loc, True]
         return None
 
     def _op(self, step, op, env, scope, quiet, tc, dtype, reads, writes) -> bool:
@@ -327,12 +346,13 @@ class StepWalker:
             raw = op.get(key)
             if isinstance(raw, list):
                 vals = [
-                    self._operand(x, path + (key, i), env, scope, later) for i, x in enumerate(raw)
+                    self._operand(x, path + (key, i), env, scope, later, op.loc)
+                    for i, x in enumerate(raw)
                 ]
                 ok &= all(v is not None for v in vals)
                 ins[key] = vals
             elif raw is not None:
-                ins[key] = self._operand(raw, path + (key,), env, scope, later)
+                ins[key] = self._operand(raw, path + (key,), env, scope, later, op.loc)
                 ok &= ins[key] is not None
         tensors = {}
         for key in p.tensors:
@@ -391,7 +411,12 @@ class StepWalker:
             shape = (
                 (tc.rows,)
                 if not vt.group
-                else (tc.rows, vt.width // vt.group if isinstance(vt.width, int) else "?")
+                else (
+                    tc.rows,
+                    vt.width // vt.group
+                    if isinstance(vt.width, int) and isinstance(vt.group, int)  # may be dynamic
+                    else "?",
+                )
             )
         else:
             shape = (vt.width,)
@@ -410,8 +435,10 @@ class StepWalker:
 
     def _store(self, step, op, vt, tensors, scope, tc, dtype, writes):
         to, path = op.get("to"), op.loc.path
-        shape = (tc.rows, vt.width) if vt.kind in ("tile", "unknown") else (tc.rows,)
-        default = dtype if vt.kind == "tile" else "fp32"
+        shape = (tc.rows, vt.width) if vt.kind == "tile" else (tc.rows,)
+        if vt.kind == "unknown":  # an error upstream explains it: readers stay quiet
+            shape = ("?",)
+        default = dtype if vt.kind in ("tile", "unknown") else "fp32"
         declared = op.get("dtype")
         want = self.outputs.get(to)
         if declared and want and declared != want:
@@ -420,17 +447,18 @@ class StepWalker:
                 f"store writes {declared} but outputs declares '{to}' as {want}",
                 "make them agree",
             )
+            declared = want  # reported here; the outputs check stays quiet
         dt = declared or want or default
         if vt.kind == "tile":
             self.tma_rule(vt.width, dt, path, f"stored tile '{to}'")
         init = op.get("add_to")
         if init is not None and tensors.get("add_to") is not None:
             t = tensors["add_to"]
-            if tuple(t.shape) != shape or t.dtype != dt:
+            if vt.kind != "unknown" and (tuple(t.shape) != shape or t.dtype != dt):
                 self.err(
                     path + ("add_to",),
                     f"add_to target '{init}' is {t.dtype} "
-                    f"{list(t.shape)} but the stored value is {dt} {list(shape)}",
+                    f"{show(t.shape)} but the stored value is {dt} {show(shape)}",
                 )
             scope.pop(init, None)
             self.consumed[init] = (step.name, to)
@@ -445,14 +473,14 @@ class StepWalker:
         path = step.loc.path
         info = self.tensor(step.of, scope, path + ("of",), quiet)
         if info is None:
-            return StepInfo(step.name, "finalize", (), ())
+            return self._failed_finalize(step, scope)
         if info.origin != "partial":
             self.err(
                 path + ("of",),
                 f"'{step.of}' is not a reduction partial",
                 "finalize reads the 'as' name of a reduce_row/reduce_col",
             )
-            return StepInfo(step.name, "finalize", (), ())
+            return self._failed_finalize(step, scope)
         self.finalized.add(step.of)
         kind, rop, width, group, rows = info.partial
         if step.op not in FOLDS[rop]:
@@ -473,21 +501,42 @@ class StepWalker:
             except DimError as e:
                 self.err(path + ("n",), str(e), e.hint)
         shape = info.shape
-        out = TensorInfo(step.result, shape, "fp32", "finalized", step.name, step.loc)
-        if step.result not in scope:
-            self.produced.append(out)
-            scope[step.result] = out
         want = self.outputs.get(step.result)
         if want and want != "fp32":
             self.err(
                 path + ("as",),
                 f"finalize results are fp32; outputs declares '{step.result}' as {want}",
+                f"declare it '{step.result}: fp32'",
             )
+        # On a mismatch (reported above) record the declared dtype: the outputs check stays quiet.
+        out = TensorInfo(step.result, shape, want or "fp32", "finalized", step.name, step.loc)
+        if step.result not in scope:
+            self.produced.append(out)
+            scope[step.result] = out
         return StepInfo(step.name, "finalize", (step.of,), (step.result,), rows)
 
+    def _failed_finalize(self, step, scope):
+        """Like _failed, for a finalize whose input is missing (already reported)."""
+        if step.result not in scope:
+            dtype = self.outputs.get(step.result, "fp32")
+            info = TensorInfo(step.result, ("?",), dtype, "finalized", step.name, step.loc)
+            self.produced.append(info)
+            scope[step.result] = info
+        return StepInfo(step.name, "finalize", (), ())
+
     def check_unused(self, spec, outputs, warnings):
+        from coda_spec.expr import ExprError, free_names, parse
+
+        derived_from = set()  # inputs that exist to derive other inputs are read too
         for t in spec.tensors:
-            if t.name not in self.read and not (spec.backward and t.name in spec.backward.save):
+            if t.derive is not None:
+                try:
+                    derived_from |= free_names(parse(t.derive, single_expression=True))
+                except ExprError:
+                    pass  # reported by the program checks
+        for t in spec.tensors:
+            saved = spec.backward and t.name in spec.backward.save
+            if t.name not in self.read and t.name not in derived_from and not saved:
                 warnings.append(
                     Diagnostic(
                         self.src.file,

@@ -33,7 +33,11 @@ def expand_paths(paths) -> list[Path]:
     """Files as given; folders searched recursively for *.yaml / *.yml, sorted."""
     out = []
     for p in map(Path, paths):
-        if p.is_dir():
+        try:
+            is_dir = p.is_dir()
+        except OSError:  # e.g. a name too long: let the loader report it
+            is_dir = False
+        if is_dir:
             out += sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
         else:
             out.append(p)
@@ -122,10 +126,14 @@ def check(paths, fmt, quiet):
 
 
 def _raw_lines(path) -> list[str] | None:
+    from coda_spec.source import MAX_BYTES
+
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+        with open(path, "rb") as f:  # bounded, like the loader
+            raw = f.read(MAX_BYTES + 1)
+    except (OSError, ValueError):
         return None
+    return raw.decode("utf-8", errors="replace").splitlines()
 
 
 @main.command()

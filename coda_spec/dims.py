@@ -27,13 +27,21 @@ class DimError(ValueError):
 
 
 def _parse(expr: str) -> ast.expr:
+    from coda_spec.expr import too_deep
+
+    hint = "use names, integers and + - * /, e.g. '2*F'"
     try:
         tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as e:
-        raise DimError(
-            f"cannot parse dim expression {expr!r}", "use names, integers and + - * /, e.g. '2*F'"
-        ) from e
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise DimError(f"cannot parse dim expression {_short(expr)}", hint) from e
+    if too_deep(tree):
+        raise DimError(f"dim expression {_short(expr)} is nested too deeply", hint)
     return tree.body
+
+
+def _short(expr: str) -> str:
+    text = repr(expr)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def names_in(expr: int | str) -> tuple[str, ...]:

@@ -16,9 +16,14 @@ from coda_spec.primitives.base import FAMILIES
 DOC = Path(__file__).resolve().parent.parent / "docs" / "spec-language.md"
 BEGIN = "<!-- BEGIN GENERATED PRIMITIVES (python -m coda_spec.docgen) -->"
 END = "<!-- END GENERATED PRIMITIVES -->"
-TITLES = {"elementwise": "Elementwise", "pair": "Pairs (adjacent columns)",
-          "vector": "Vector loads and per-row values", "tile": "Tiles: extra inputs and outputs",
-          "reduction": "Reductions", "stateful": "Stateful: prepass statistics"}
+TITLES = {
+    "elementwise": "Elementwise",
+    "pair": "Pairs (adjacent columns)",
+    "vector": "Vector loads and per-row values",
+    "tile": "Tiles: extra inputs and outputs",
+    "reduction": "Reductions",
+    "stateful": "Stateful: prepass statistics",
+}
 
 
 def _body(name: str) -> str:
@@ -29,9 +34,15 @@ def _body(name: str) -> str:
 
 def render() -> str:
     prims = registry()
-    out = [BEGIN, "", "## Primitive reference", "",
-           f"{len(prims)} primitives in {len(FAMILIES)} families. Run `coda primitives` for the "
-           "one-line list.", ""]
+    out = [
+        BEGIN,
+        "",
+        "## Primitive reference",
+        "",
+        f"{len(prims)} primitives in {len(FAMILIES)} families. Run `coda primitives` for the "
+        "one-line list.",
+        "",
+    ]
     for fam in FAMILIES:
         out += [f"### {TITLES[fam]}", ""]
         for name in sorted(n for n, p in prims.items() if p.family == fam):

@@ -45,25 +45,33 @@ def compare(name: str, got: torch.Tensor, want: torch.Tensor) -> Comparison:
     return Comparison(name, float(diff.norm()) / denom, float(diff.max()) if diff.numel() else 0)
 
 
-def _env(checked, sizes, seed):
-    low, exact = make_inputs(checked.spec, sizes, seed)
-    return exact
+def draw(checked, sizes: dict, seed: int = 0) -> dict:
+    """The fp64 inputs and incoming gradients the checks use (draw once, reuse for mutants)."""
+    _, exact = make_inputs(checked.spec, sizes, seed)
+    grads = {}
+    if checked.spec.backward is not None:
+        _, grads = make_grads(checked.spec, checked.analysis, sizes, seed + 1)
+    return {"inputs": exact, "grads": grads}
 
 
-def check_equivalence(checked, sizes: dict, seed: int = 0, perturb=None) -> list[Comparison]:
+def check_equivalence(
+    checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None
+) -> list[Comparison]:
     spec = checked.spec
-    exact = _env(checked, sizes, seed)
+    exact = (drawn or draw(checked, sizes, seed))["inputs"]
     got = run(checked.analysis, exact, "fp64", sizes, perturb=perturb)
     want = evaluate(parse(spec.equivalent_to), {**exact, **sizes})
     outs = {o.name for o in spec.outputs}
     return [compare(n, got[n], want[n]) for n in want if n in outs]
 
 
-def check_backward(checked, sizes: dict, seed: int = 0, perturb=None) -> list[Comparison]:
+def check_backward(
+    checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None
+) -> list[Comparison]:
     """Backward outputs vs torch.autograd of ``equivalent_to`` (forward) with random cotangents."""
     spec, analysis = checked.spec, checked.analysis
-    exact = _env(checked, sizes, seed)
-    _, grads = make_grads(spec, analysis, sizes, seed + 1)
+    drawn = drawn or draw(checked, sizes, seed)
+    exact, grads = drawn["inputs"], drawn["grads"]
     got = run(analysis, exact, "fp64", sizes, grads=grads, perturb=perturb)
     grad_of = dict(spec.backward.grads)
     leaves = {

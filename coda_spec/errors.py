@@ -62,9 +62,28 @@ def did_you_mean(word: str, candidates, n: int = 1) -> str:
     if not close and len(str(word)) >= 3:
         # Prefix/containment matches catch abbreviations such as 'rsqrt_m' -> 'rsqrt_mean'.
         close = [c for c in pool if c.startswith(str(word)) or str(word) in c][:n]
+    if not close and len(str(word)) >= 2:
+        # One edit away: short names such as 'x2' -> 'x1' fall under difflib's cutoff.
+        close = [c for c in pool if _one_edit(str(word), c)][:n]
     if not close:
         return ""
     return "did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """True when ``b`` is one substitution, insertion, deletion or swap away from ``a``."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
 
 
 def format_path(path: tuple) -> str:

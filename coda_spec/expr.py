@@ -62,6 +62,7 @@ FUNCTIONS = {
 METHODS = ("flatten", "reshape", "unsqueeze", "sum", "mean", "amax", "abs")
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow)
 _CMPOPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+MAX_DEPTH = 100  # syntax-tree depth; real programs stay below 20
 
 
 class ExprError(ValueError):
@@ -88,6 +89,12 @@ def parse(text: str, single_expression: bool = False) -> Program:
         tree = ast.parse(text, mode="eval" if single_expression else "exec")
     except SyntaxError as e:
         raise ExprError(f"syntax error: {e.msg}", e.lineno or 1, e.offset or 1) from e
+    except ValueError as e:  # NUL bytes on Python 3.10
+        raise ExprError(f"syntax error: {e}", 1, 1) from e
+    except (RecursionError, MemoryError) as e:  # nesting that overflows Python's parser
+        raise ExprError("expression nested too deeply to parse", 1, 1, "simplify it") from e
+    if too_deep(tree):
+        raise ExprError(f"expression nested more than {MAX_DEPTH} levels deep", 1, 1, "simplify it")
     if single_expression:
         return Program(text, ((None, tree.body),))
     stmts = []
@@ -99,6 +106,17 @@ def parse(text: str, single_expression: bool = False) -> Program:
     if not stmts:
         raise ExprError("empty program", 1, 1, "write at least one 'output = expression' line")
     return Program(text, tuple(stmts))
+
+
+def too_deep(tree: ast.AST, limit: int = MAX_DEPTH) -> bool:
+    """True when ``tree`` nests deeper than ``limit`` (evaluators recurse on it). Iterative."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return False
 
 
 def check(prog: Program, inputs: set, dims: set) -> list[ExprError]:

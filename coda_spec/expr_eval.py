@@ -106,6 +106,8 @@ def _ev(node, env):
         kwargs = {k.arg: _ev(k.value, env) for k in node.keywords}
         if isinstance(node.func, ast.Attribute):
             return getattr(_ev(node.func.value, env), node.func.attr)(*args, **kwargs)
+        if args and isinstance(args[0], (int, float)) and not isinstance(args[0], bool):
+            args[0] = torch.tensor(float(args[0]), dtype=torch.float64)  # sqrt(128.0)
         return FUNCS[node.func.id](*args, **kwargs)
     if isinstance(node, ast.Attribute):  # .T
         return _ev(node.value, env).T

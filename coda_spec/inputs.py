@@ -31,7 +31,7 @@ def _weight_scales(spec, sizes) -> dict:
             continue
         k_axis = 1 if step.gemm.b.transposed else 0
         k = dimmod.evaluate(t.shape[k_axis], sizes)
-        out[t.name] = 1.0 / math.sqrt(k)
+        out.setdefault(t.name, 1.0 / math.sqrt(k))  # the forward use of a weight wins
     return out
 
 

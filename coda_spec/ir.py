@@ -158,7 +158,7 @@ class Spec:
 
 
 def to_data(node):
-    """JSON-ready view of an IR node (golden files, build directories). Locations become ``line``."""
+    """JSON-ready view of an IR node (golden files, build dirs). Locations become ``line``."""
     from dataclasses import fields, is_dataclass
 
     if isinstance(node, Loc):

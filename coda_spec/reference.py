@@ -78,7 +78,6 @@ class RefCtx:
         return len(self.analysis.tensor(op.get("to")).shape) == 1
 
 
-
 def _matmul(rt: RefCtx, a, b, dtype: str):
     if rt.precision.lowp:
         low = TORCH_DTYPES[dtype]

@@ -29,7 +29,8 @@ from coda_spec.errors import Diagnostic, SpecError, format_path
 
 MAX_BYTES = 1 << 20  # 1 MiB: the whole bundled catalogue is ~100 KiB.
 MAX_DEPTH = 64
-_FLOAT_NO_DOT = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+# Unambiguous on purpose: r"\d+\.?\d*" backtracks quadratically on a long run of digits.
+_FLOAT_NO_DOT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _decode(file: str, raw: bytes) -> str:
             file,
             0,
             0,
-            f"file is {len(raw)} bytes; specs are limited to {MAX_BYTES}",
+            f"file is larger than {MAX_BYTES} bytes, the limit for a spec",
             "split the chain into several specs",
         )
     nul = raw.find(b"\x00")
@@ -109,6 +110,9 @@ def _scalar(event, constructor, resolver) -> object:
         if _FLOAT_NO_DOT.match(value):
             return float(value)
         tag = resolver.resolve(yaml.ScalarNode, value, event.implicit)
+        if ":" in value and tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+            # YAML 1.1 sexagesimal (1:30 is 90; building a long one is quadratic): a string here.
+            tag = "tag:yaml.org,2002:str"
     else:
         tag = "tag:yaml.org,2002:str"
     node = yaml.ScalarNode(tag, value, event.start_mark, event.end_mark, event.style)
@@ -193,12 +197,15 @@ def _build(file: str, text: str) -> tuple[object, dict, dict]:
                 "write the value out where it is used",
             )
         tag = getattr(event, "tag", None)
-        if (
-            tag
-            and tag not in ("!", "tag:yaml.org,2002:str")
-            and not tag.startswith("tag:yaml.org,2002:")
-        ):
-            raise _err(file, *_mark(event.start_mark), f"YAML tag '{tag}' is not supported")
+        if tag and tag not in ("!", "tag:yaml.org,2002:str"):
+            # Only '!!str' has a use (quoting); '!!python/...' and friends are refused.
+            shown = tag.replace("tag:yaml.org,2002:", "!!")
+            raise _err(
+                file,
+                *_mark(event.start_mark),
+                f"YAML tag '{shown}' is not supported in specs",
+                "remove the tag",
+            )
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             if len(stack) >= MAX_DEPTH:
                 raise _err(
@@ -259,6 +266,24 @@ def _clamp(text: str, line: int, col: int) -> tuple[int, int]:
     return max(len(lines), 1), (len(lines[-1]) + 1 if lines else 1)
 
 
+def _syntax_message(text: str, e, line: int, col: int, what: str) -> tuple[str, str]:
+    """Message and hint for a YAML syntax error: name tabs, point back at unclosed brackets."""
+    lines = text.splitlines()
+    here = lines[line - 1] if 0 < line <= len(lines) else ""
+    if here[col - 1 : col] == "\t":
+        return "YAML syntax error: tab character", "YAML indents with spaces; replace the tab"
+    hint = ""
+    cm, pm = e.context_mark, e.problem_mark
+    if cm is not None and pm is not None and (cm.line, cm.column) != (pm.line, pm.column):
+        cl, cc = _mark(cm)
+        opened = lines[cl - 1][cc - 1 : cc] if 0 < cl <= len(lines) else ""
+        if opened in ("{", "[", "'", '"'):
+            hint = f"is the {opened!r} at line {cl}, column {cc} closed?"
+        else:
+            hint = f"it started at line {cl}, column {cc}"
+    return f"YAML syntax error: {what}", hint
+
+
 def parse_text(file: str, text: str) -> Source:
     """Parse spec ``text`` (already decoded) attributed to ``file``."""
     try:
@@ -269,7 +294,7 @@ def parse_text(file: str, text: str) -> Source:
         what = e.problem or str(e)
         if e.context:
             what = f"{e.context}: {what}" if e.problem else e.context
-        raise _err(file, line, col, f"YAML syntax error: {what}") from e
+        raise _err(file, line, col, *_syntax_message(text, e, line, col, what)) from e
     except yaml.reader.ReaderError as e:
         # libyaml reports a byte offset into the UTF-8 encoding of the text.
         index = len(text.encode("utf-8")[: e.position].decode("utf-8", errors="ignore"))
@@ -294,11 +319,12 @@ def load_source(path: str | Path) -> Source:
 
     file = str(path)
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as f:  # bounded: /dev/zero or a huge file must not exhaust memory
+            raw = f.read(MAX_BYTES + 1)
     except IsADirectoryError as e:
         raise ToolError(f"{file}: is a directory") from e
-    except OSError as e:
-        raise ToolError(f"{file}: cannot read: {e.strerror or e}") from e
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise ToolError(f"{file}: cannot read: {getattr(e, 'strerror', None) or e}") from e
     return parse_text(file, _decode(file, raw))
 
 

@@ -128,11 +128,13 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
             )
         ]
     if v == "pattern":
-        what = "a gemm operand (NAME or NAME.T)" if r"\.T" in error.validator_value else "a name"
+        if r"\.T" in error.validator_value:
+            hint = "write the tensor's name, or NAME.T for its transpose"
+            return [src.diag(path, f"{inst!r} is not a gemm operand (NAME or NAME.T)", hint)]
         return [
             src.diag(
                 path,
-                f"{inst!r} is not {what}",
+                f"{inst!r} is not a name",
                 "names are letters, digits and '_', not starting with a digit",
             )
         ]

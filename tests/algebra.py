@@ -10,7 +10,13 @@ from __future__ import annotations
 import sys
 
 from coda_spec.analyze import analyze
-from coda_spec.equivalence import check_backward, check_equivalence, mutants, perturbation_sites
+from coda_spec.equivalence import (
+    check_backward,
+    check_equivalence,
+    draw,
+    mutants,
+    perturbation_sites,
+)
 from coda_spec.errors import SpecError
 from coda_spec.frontend import Checked, check_file, with_dims
 
@@ -26,21 +32,23 @@ def sizes_of(checked: Checked, m: int = M_SMALL) -> dict:
     return {d.name: (d.size if d.size is not None else m) for d in checked.spec.dims}
 
 
-def all_checks(checked: Checked, sizes: dict, perturb=None) -> list:
+def all_checks(checked: Checked, sizes: dict, perturb=None, drawn=None) -> list:
     out = []
+    drawn = drawn or draw(checked, sizes)
     if checked.spec.equivalent_to:
-        out += check_equivalence(checked, sizes, perturb=perturb)
+        out += check_equivalence(checked, sizes, perturb=perturb, drawn=drawn)
     if checked.spec.backward is not None:
-        out += check_backward(checked, sizes, perturb=perturb)
+        out += check_backward(checked, sizes, perturb=perturb, drawn=drawn)
     return out
 
 
 def mutation_report(checked: Checked, sizes: dict) -> tuple[int, int, list[str]]:
     """(killed, total, survivors) over sibling mutants and perturbations."""
     survivors, total, killed = [], 0, 0
+    drawn = draw(checked, sizes)  # mutants never change the inputs: draw them once
     for site in perturbation_sites(checked):
         total += 1
-        if all(c.ok for c in all_checks(checked, sizes, perturb=site)):
+        if all(c.ok for c in all_checks(checked, sizes, perturb=site, drawn=drawn)):
             survivors.append(f"perturbation at {site}")
         else:
             killed += 1
@@ -51,7 +59,7 @@ def mutation_report(checked: Checked, sizes: dict) -> tuple[int, int, list[str]]
         except SpecError:
             killed += 1  # the checker itself rejects the mutant
             continue
-        if all(c.ok for c in all_checks(mutant, sizes)):
+        if all(c.ok for c in all_checks(mutant, sizes, drawn=drawn)):
             survivors.append(desc)
         else:
             killed += 1

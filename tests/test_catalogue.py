@@ -17,8 +17,21 @@ from tests.algebra import all_checks, mutation_report, sizes_of, small
 from tests.conftest import ROOT, SPECS, assert_golden
 
 IDS = [p.stem for p in SPECS]
-REQUIRED = ("f1_", "f2_", "f3_", "f4_", "f5_", "f6_", "f7_", "f8_", "b1_", "b2_", "b3_", "b4_",
-            "llama_block")
+REQUIRED = (
+    "f1_",
+    "f2_",
+    "f3_",
+    "f4_",
+    "f5_",
+    "f6_",
+    "f7_",
+    "f8_",
+    "b1_",
+    "b2_",
+    "b3_",
+    "b4_",
+    "llama_block",
+)
 
 
 def test_catalogue_covers_every_coda_chain():
@@ -35,11 +48,26 @@ def test_spec_checks_clean(path):
 def _analysis_facts(a) -> dict:
     steps = list(a.steps) + list(a.backward_steps)
     return {
-        "tensors": {t.name: {"shape": list(t.shape), "dtype": t.dtype, "origin": t.origin,
-                             "producer": t.producer} for t in a.tensors},
-        "steps": [{"name": s.name, "kind": s.kind, "mode": s.mode, "reads": list(s.reads),
-                   "writes": list(s.writes),
-                   "values": {n: v.show() for n, v in s.values}} for s in steps],
+        "tensors": {
+            t.name: {
+                "shape": list(t.shape),
+                "dtype": t.dtype,
+                "origin": t.origin,
+                "producer": t.producer,
+            }
+            for t in a.tensors
+        },
+        "steps": [
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "mode": s.mode,
+                "reads": list(s.reads),
+                "writes": list(s.writes),
+                "values": {n: v.show() for n, v in s.values},
+            }
+            for s in steps
+        ],
     }
 
 

@@ -36,6 +36,7 @@ from coda_spec.errors import SpecError
 from coda_spec.frontend import check_source
 from coda_spec.primitives import registry
 from coda_spec.source import decode_bytes, load_source, parse_text
+from coda_spec.validate import validate_source
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -59,12 +60,25 @@ def _settings(examples: int):
 
 
 def check_text(file: str, text: str) -> str:
-    """Run load + every check stage on ``text``; return 'valid' or 'invalid'. Crashes propagate."""
+    """Run load + every check stage on ``text``. Crashes propagate.
+
+    Returns 'valid' or the stage that refused it: 'load', 'schema' or 'semantic'.
+    """
     try:
-        check_source(parse_text(file, text))
+        src = parse_text(file, text)
     except SpecError as e:
         assert_located(e, file, text)
-        return "invalid"
+        return "load"
+    try:
+        validate_source(src)  # run alone first only to tell schema errors from semantic ones
+    except SpecError as e:
+        assert_located(e, file, text)
+        return "schema"
+    try:
+        check_source(src)
+    except SpecError as e:
+        assert_located(e, file, text)
+        return "semantic"
     return "valid"
 
 
@@ -73,7 +87,7 @@ def check_bytes(file: str, raw: bytes) -> str:
         text = decode_bytes(file, raw)
     except SpecError as e:
         assert_located(e, file, None)
-        return "invalid"
+        return "load"
     return check_text(file, text)
 
 
@@ -96,10 +110,22 @@ def stats():
     """Per-test outcome counters; the summary prints at module teardown (visible with -s)."""
     table: dict[str, Counter] = {}
     yield table
-    print("\n\nfuzz summary (examples, valid fraction):")
+    print("\n\nfuzz summary: examples; fraction valid / refused at load, schema, semantics")
+    grand = Counter()
     for name, c in sorted(table.items()):
-        total = c["valid"] + c["invalid"]
-        print(f"  {name:<44} {total:6d} examples  {c['valid'] / max(total, 1):6.1%} valid")
+        grand.update(c)
+        print(f"  {name:<40} {_row(c)}")
+    print(f"  {'all':<40} {_row(grand)}")
+
+
+OUTCOMES = ("valid", "load", "schema", "semantic")
+
+
+def _row(c: Counter) -> str:
+    total = max(sum(c[k] for k in OUTCOMES), 1)
+    parts = [f"{c[k] / total:6.1%} {k}" for k in OUTCOMES]
+    unchanged = f" ({c['unchanged']} valid ones unchanged)" if c["unchanged"] else ""
+    return f"{total:6d} examples: " + ", ".join(parts) + unchanged
 
 
 def _count(stats, name: str, outcome: str) -> None:
@@ -149,19 +175,19 @@ YAML_WORDS = st.sampled_from(
 )
 
 
-@_settings(400)
+@_settings(300)
 @given(raw=st.binary(max_size=400))
 def test_random_bytes(raw, stats):
     _count(stats, "a.random_bytes", check_bytes("fuzz.yaml", raw))
 
 
-@_settings(400)
+@_settings(300)
 @given(text=st.text(max_size=300))
 def test_random_text(text, stats):
     _count(stats, "a.random_text", check_text("fuzz.yaml", text))
 
 
-@_settings(600)
+@_settings(500)
 @given(
     text=st.one_of(
         st.text(alphabet=YAML_ALPHABET, max_size=200),
@@ -289,7 +315,7 @@ def m_replace_value(draw, data, names):
 def m_list_op(draw, data, names):
     path, lst = _pick(draw, _lists(data), "list")
     i = draw(st.integers(0, len(lst) - 1))
-    j = draw(st.integers(0, len(lst) - 1))
+    j = draw(st.integers(0, len(lst) - 1).filter(lambda j: j != i or len(lst) == 1))
     how = draw(st.sampled_from(["duplicate", "delete", "swap", "move"]))
     if how == "duplicate":
         lst.insert(i + 1, copy.deepcopy(lst[i]))
@@ -304,7 +330,8 @@ def m_list_op(draw, data, names):
 
 def m_swap_names(draw, data, names):
     leaves = [(p, v) for p, v in _leaves(data, (str,)) if NAME.match(v)]
-    (pa, a), (pb, b) = _pick(draw, leaves, "a"), _pick(draw, leaves, "b")
+    pa, a = _pick(draw, leaves, "a")
+    pb, b = _pick(draw, [(p, v) for p, v in leaves if v != a], "b")
     if draw(st.booleans(), label="everywhere"):
         for p, v in leaves:  # rename one name everywhere it appears (values, not keys)
             if v == a:
@@ -388,7 +415,23 @@ def m_insert_primitive(draw, data, names):
 def m_edit_string(draw, data, names):
     leaves = _leaves(data, (str,))
     path, v = _pick(draw, leaves, "string")
-    if path and path[-1] == "equivalent_to" and draw(st.booleans()):
+    how = draw(st.sampled_from(["typo", "typo", "drop line", "inflate"]), label="string edit")
+    if how == "inflate":  # deep or long expressions: parsers and evaluators must not overflow
+        k = draw(st.sampled_from([2, 50, 150, 1000, 20_000]))
+        shape = draw(st.sampled_from(["neg", "parens", "sum", "product"]))
+        lines = v.splitlines() or [v]
+        i = draw(st.integers(0, len(lines) - 1))
+        lhs, eq, rhs = lines[i].rpartition("=") if "=" in lines[i] else ("", "", lines[i])
+        rhs = rhs.strip() or "x"
+        rhs = {
+            "neg": "-" * k + rhs,
+            "parens": "(" * k + rhs + ")" * k,
+            "sum": " + ".join([rhs] * k),
+            "product": "*".join(["2"] * k + [rhs]),
+        }[shape]
+        lines[i] = f"{lhs}{eq} {rhs}" if eq else rhs
+        new = "\n".join(lines)
+    elif how == "drop line" and "\n" in v.strip():
         lines = v.splitlines()
         if lines:
             del lines[draw(st.integers(0, len(lines) - 1))]
@@ -399,15 +442,22 @@ def m_edit_string(draw, data, names):
     return f"edit {path}: {new[:40]!r}"
 
 
+# Mutations that usually keep the document schema-valid come first and twice, so that about half
+# the examples get past the schema into semantic analysis, where the subtler crashes would hide.
 MUTATIONS = (
+    m_swap_names,
+    m_change_dims,
+    m_insert_primitive,
+    m_list_op,
+    m_change_number,
+    m_swap_names,
+    m_change_dims,
+    m_insert_primitive,
+    m_list_op,
+    m_change_number,
     m_delete_key,
     m_rename_key,
     m_replace_value,
-    m_list_op,
-    m_swap_names,
-    m_change_number,
-    m_change_dims,
-    m_insert_primitive,
     m_edit_string,
 )
 
@@ -450,6 +500,69 @@ def test_mutated_specs(spec, stats):
         except Exception as e:  # noqa: BLE001 - report the mutations that crashed it
             raise AssertionError(f"{type(e).__name__}: {e} after mutations {log}") from e
         _count(stats, f"b.mutated[{spec.stem}]", outcome)
+        if data == base:  # e.g. a name swapped with itself: counted, and reported apart
+            _count(stats, f"b.mutated[{spec.stem}]", "unchanged")
+
+    run()
+
+
+# ---------------------------------------------------------------------------------------------
+# c. text-level mutations of the bundled specs (what a hand edit gone wrong looks like)
+
+
+@st.composite
+def text_mutated(draw, text: str):
+    log = []
+    for _ in range(draw(st.integers(1, 3), label="n edits")):
+        lines = text.split("\n")
+        i = draw(st.integers(0, len(lines) - 1), label="line")
+        j = draw(st.integers(0, len(lines) - 1), label="other line")
+        how = draw(
+            st.sampled_from(
+                ["truncate", "delete", "duplicate", "swap", "indent", "dedent", "tab", "insert"]
+            )
+        )
+        if how == "truncate":
+            text = text[: draw(st.integers(0, len(text)))]
+        else:
+            if how == "delete":
+                del lines[i]
+            elif how == "duplicate":
+                lines.insert(j, lines[i])
+            elif how == "swap":
+                lines[i], lines[j] = lines[j], lines[i]
+            elif how == "indent":
+                lines[i] = " " * draw(st.integers(1, 4)) + lines[i]
+            elif how == "dedent":
+                lines[i] = lines[i][draw(st.integers(1, 4)) :]
+            elif how == "tab":
+                lines[i] = "\t" + lines[i].lstrip(" ")
+            else:
+                at = draw(st.integers(0, len(lines[i])))
+                snippet = draw(
+                    st.one_of(YAML_WORDS, st.text(YAML_ALPHABET, min_size=1, max_size=3))
+                )
+                lines[i] = lines[i][:at] + snippet + lines[i][at:]
+            text = "\n".join(lines)
+        log.append(f"{how} {i} {j}")
+    return text, log
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_text_mutated_specs(spec, stats):
+    original = spec.read_text(encoding="utf-8")
+
+    @_settings(max(20, 500 // max(len(SPECS), 1)))
+    @given(case=text_mutated(original))
+    def run(case):
+        text, log = case
+        try:
+            outcome = check_bytes(spec.name, text.encode("utf-8"))
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - report the edits that crashed it
+            raise AssertionError(f"{type(e).__name__}: {e} after edits {log}") from e
+        _count(stats, f"c.text_mutated[{spec.stem}]", outcome)
 
     run()
 

@@ -81,9 +81,8 @@ def test_primitive_example_matches_its_fragment_and_the_full_schema(name):
 
 
 def test_full_schema_accepts_every_bundled_spec():
-    from tests.conftest import SPECS
-
     from coda_spec.source import load_source
+    from tests.conftest import SPECS
 
     validator = Draft202012Validator(build_schema())
     for path in SPECS:

@@ -14,8 +14,16 @@ SIZES = {"M": None, "D": 4096, "F": 11008, "hd": 128}
 
 @pytest.mark.parametrize(
     "expr,want",
-    [(8, 8), ("D", 4096), ("M", "M"), ("2*F", 22016), ("D/hd", 32), ("D // hd", 32),
-     ("D + 8", 4104), ("3*D - D", 8192)],
+    [
+        (8, 8),
+        ("D", 4096),
+        ("M", "M"),
+        ("2*F", 22016),
+        ("D/hd", 32),
+        ("D // hd", 32),
+        ("D + 8", 4104),
+        ("3*D - D", 8192),
+    ],
 )
 def test_fold(expr, want):
     assert fold(expr, SIZES) == want
@@ -23,9 +31,16 @@ def test_fold(expr, want):
 
 @pytest.mark.parametrize(
     "expr,fragment",
-    [("Q", "unknown dim 'Q'"), ("2*M", "dynamic dim 'M'"), ("D/3", "not an exact integer"),
-     ("D-D", "must be positive"), ("D**2", "unsupported"), ("(", "cannot parse"), (0, "positive"),
-     (True, "not an integer")],
+    [
+        ("Q", "unknown dim 'Q'"),
+        ("2*M", "dynamic dim 'M'"),
+        ("D/3", "not an exact integer"),
+        ("D-D", "must be positive"),
+        ("D**2", "unsupported"),
+        ("(", "cannot parse"),
+        (0, "positive"),
+        (True, "not an integer"),
+    ],
 )
 def test_fold_errors(expr, fragment):
     with pytest.raises(DimError, match=None) as e:
@@ -41,8 +56,12 @@ def test_evaluate_needs_concrete_sizes():
 
 @pytest.mark.parametrize(
     "word,pool,want",
-    [("rleu", ["relu", "gelu", "exp"], "'relu'"), ("kernal", ["kernel", "host"], "'kernel'"),
-     ("bf61", ["bf16", "fp16"], "'bf16'"), ("zzzz", ["relu"], "")],
+    [
+        ("rleu", ["relu", "gelu", "exp"], "'relu'"),
+        ("kernal", ["kernel", "host"], "'kernel'"),
+        ("bf61", ["bf16", "fp16"], "'bf16'"),
+        ("zzzz", ["relu"], ""),
+    ],
 )
 def test_did_you_mean(word, pool, want):
     assert want in did_you_mean(word, pool) if want else did_you_mean(word, pool) == ""
@@ -54,7 +73,10 @@ def test_format_path_and_render():
     d = Diagnostic("x.yaml", 2, 5, "steps[0]", "bad", "did you mean 'y'?")
     text = render_text(d, ["coda: 1", "abcdefg"])
     assert text.splitlines() == [
-        "x.yaml:2:5: error: steps[0]: bad; did you mean 'y'?", "    abcdefg", "        ^"]
+        "x.yaml:2:5: error: steps[0]: bad; did you mean 'y'?",
+        "    abcdefg",
+        "        ^",
+    ]
 
 
 def test_program_parse_and_check():
@@ -67,11 +89,16 @@ def test_program_parse_and_check():
 
 @pytest.mark.parametrize(
     "text,fragment,line",
-    [("a = rms_nrom(x)", "unknown function 'rms_nrom'", 1),
-     ("a = x\nb = h + 1", "unknown name 'h'", 2), ("a = (x", "syntax error", 1),
-     ("x + 1", "name = expression", 1), ("a = [i for i in x]", "ListComp", 1),
-     ("a = x.__class__", "unknown attribute", 1), ("a = vjp(x * 2, x * 2, x)", "vjp", 1),
-     ("x = x * 2", "chain input", 1)],
+    [
+        ("a = rms_nrom(x)", "unknown function 'rms_nrom'", 1),
+        ("a = x\nb = h + 1", "unknown name 'h'", 2),
+        ("a = (x", "syntax error", 1),
+        ("x + 1", "name = expression", 1),
+        ("a = [i for i in x]", "ListComp", 1),
+        ("a = x.__class__", "unknown attribute", 1),
+        ("a = vjp(x * 2, x * 2, x)", "vjp", 1),
+        ("x = x * 2", "chain input", 1),
+    ],
 )
 def test_program_errors(text, fragment, line):
     try:

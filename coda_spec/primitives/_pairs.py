@@ -66,8 +66,8 @@ def dgated_infer(name):
         z = need_tile(ins["z"], name, "z")
         if z.width != double(dy.width):
             raise TypeProblem(
-                f"{name}: z must be twice as wide as the incoming gradient "
-                f"({dy.width}); got {z.width}",
+                f"{name}: z must be {double(dy.width)} wide (twice the incoming gradient's "
+                f"{dy.width}); got {z.width}",
                 "z",
                 "z is the saved interleaved (gate, up) pre-activation",
             )
