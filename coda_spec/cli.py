@@ -137,6 +137,69 @@ def _raw_lines(path) -> list[str] | None:
 
 
 @main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-o", "--out", default="build", show_default=True, help="Build root directory.")
+@click.option(
+    "--config",
+    "config_text",
+    default=None,
+    help="Tile/cluster/schedule, e.g. 128x256,cluster=2x1,cooperative (the default).",
+)
+@click.option(
+    "--stop-after",
+    type=click.Choice(
+        ["load", "validate", "normalize", "analyze", "lower", "compile", "link", "manifest"]
+    ),
+    default="manifest",
+    show_default=True,
+    help="Stop after this stage; intermediates are kept.",
+)
+@click.option("--prune", is_flag=True, help="Remove stale builds of the same specs afterwards.")
+@click.option(
+    "-j", "--jobs", default=2, show_default=True, help="Parallel compile workers (~750 MB each)."
+)
+@click.option("--force", is_flag=True, help="Rebuild even when a complete build exists.")
+@click.option("--print-dir", is_flag=True, help="Print only the build directory of each spec.")
+def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
+    """Compile specs for sm_90a (no GPU needed) into build/<name>-<hash>/.
+
+    Exit status: 0 built (or cache hit), 2 invalid spec or config a primitive cannot support,
+    1 tool failure.
+    """
+    from coda_spec.build import BuildOptions, build_spec
+    from coda_spec.build import prune as prune_builds
+    from coda_spec.config import parse_config
+
+    try:
+        config = parse_config(config_text)
+    except ValueError as e:
+        click.echo(f"error: --config: {e}", err=True)
+        sys.exit(EXIT_INVALID_SPEC)
+    opts = BuildOptions(out=Path(out), config=config, stop_after=stop_after, jobs=jobs, force=force)
+    status, keep = EXIT_OK, {}
+    for f in expand_paths(paths):
+        try:
+            res = build_spec(f, opts)
+        except SpecError as e:
+            lines = _raw_lines(f)
+            for d in e.diagnostics:
+                click.echo(render_text(d, lines), err=True)
+            status = max(status, EXIT_INVALID_SPEC)
+            continue
+        except ToolError as e:
+            click.echo(f"{f}: error: {e}", err=True)
+            status = EXIT_TOOL_FAILURE if status == EXIT_OK else status
+            continue
+        keep[res.name] = res.directory
+        if print_dir:
+            click.echo(str(res.directory))
+    if prune:
+        for d in prune_builds(Path(out), keep):
+            click.echo(f"pruned {d}")
+    sys.exit(status)
+
+
+@main.command()
 def schema():
     """Print the JSON Schema of spec language v1 (for editors and LLM tools)."""
     from coda_spec.schema import schema_json

@@ -4,18 +4,21 @@ Every input must either pass every check stage or raise :class:`SpecError` whose
 all located (file set, line >= 0 and within the file, col >= 0, message non-empty). Anything else
 (KeyError, TypeError, RecursionError, ...) is a bug in coda.
 
-Two families:
+Three families:
 
-* raw input: random bytes, random text and YAML-flavoured text go through the loader
-  (``decode_bytes`` + ``parse_text``) and the checker (``check_source``);
-* structure-aware mutations of every bundled ``specs/*.yaml``: load it, apply one to three
-  mutations to the data (delete or rename a key, replace a value by another type, duplicate,
-  delete or swap list items, swap names, change a number, change dims, insert a primitive, edit a
-  string), re-serialize with ``yaml.safe_dump`` and check the result.
+a. raw input: random bytes, random text and YAML-flavoured text go through the loader
+   (``decode_bytes`` + ``parse_text``) and the checker (``check_source``);
+b. structure-aware mutations of every bundled ``specs/*.yaml``: load it, apply one to three
+   mutations to the data (delete or rename a key, replace a value by another type, duplicate,
+   delete or swap list items, swap names, change a number, change dims, insert a known or unknown
+   primitive, edit or inflate a string), re-serialize with ``yaml.safe_dump`` and check it;
+c. text-level edits of every bundled spec (truncate, delete/duplicate/swap lines, re-indent, tabs,
+   insert YAML punctuation): what a hand edit gone wrong looks like.
 
-The runs are deterministic (``derandomize=True``) and bounded. To hunt for new crashes, set
-``CODA_FUZZ_EXAMPLES=20000`` (random seed, that many examples per test). Run with ``-s`` to see
-the example counts and the fraction that came out valid.
+The runs are deterministic (``derandomize=True``) and bounded (about 2,800 examples in all,
+whatever the number of specs). To hunt for new crashes, set ``CODA_FUZZ_EXAMPLES=20000`` (random
+seed, that many examples per test). Run with ``-s`` to see the example counts and how far the
+examples got: valid, or refused at load, schema or semantic analysis.
 """
 
 from __future__ import annotations

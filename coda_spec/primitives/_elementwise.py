@@ -6,6 +6,7 @@ module holds only the typing and schema they have in common, so a new unary op i
 
 from __future__ import annotations
 
+from coda_spec.primitives._lowering import binary_lower, unary_lower
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     OPERAND,
@@ -28,7 +29,7 @@ def _siblings(name, siblings):
     return lambda op: tuple(op.with_prim(s) for s in siblings if s != name)
 
 
-def unary(name: str, fn, summary: str, example: str, siblings=()) -> Primitive:
+def unary(name: str, fn, summary: str, example: str, siblings=(), lower="") -> Primitive:
     """A one-operand op ``{name: x, as: y}``; ``fn(rt, x)`` is its torch math."""
     return Primitive(
         name=name,
@@ -40,6 +41,7 @@ def unary(name: str, fn, summary: str, example: str, siblings=()) -> Primitive:
         infer=_unary_infer(name),
         reference=lambda rt, op, ins, tensors: (fn(rt, ins[name]),),
         mutants=_siblings(name, siblings),
+        lower=unary_lower(lower) if lower else None,
     )
 
 
@@ -53,7 +55,7 @@ def _binary_infer(name):
     return infer
 
 
-def binary(name: str, fn, summary: str, example: str, siblings=()) -> Primitive:
+def binary(name: str, fn, summary: str, example: str, siblings=(), symbol="") -> Primitive:
     """A two-operand op ``{name: [a, b], as: y}``; operands are values or number literals."""
     pair = {"type": "array", "items": OPERAND, "minItems": 2, "maxItems": 2}
     return Primitive(
@@ -66,4 +68,5 @@ def binary(name: str, fn, summary: str, example: str, siblings=()) -> Primitive:
         infer=_binary_infer(name),
         reference=lambda rt, op, ins, tensors: (fn(rt, *ins[name]),),
         mutants=_siblings(name, siblings),
+        lower=binary_lower(symbol),
     )

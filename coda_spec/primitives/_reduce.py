@@ -79,3 +79,66 @@ def grouped(rt, kind, of, group: int):
     else:
         of = of.reshape(of.shape[0], -1, group)
     return combine(rt, kind, of, dim=2).squeeze(2)
+
+
+COMBINE = {"sum": "add", "sumsq": "add", "dot": "add", "max": "max", "absmax": "max_abs"}
+PARTIAL_FOLD = {
+    "sum": "sum",
+    "sumsq": "sum",
+    "dot": "sum",
+    "max": "max",
+    "absmax": "max",
+    "logsumexp": "logsumexp",
+}
+
+
+def reduce_lower(lc, op, axis: str):
+    """Lower reduce_row (axis "row": one value per row, QuACK ColVecReduce) or reduce_col."""
+    from coda_spec.lower.emit import Field
+
+    kind = op.get(op.prim)
+    if op.get("group") is not None:
+        raise lc.error(
+            "grouped (per-head) reductions are not lowered yet",
+            "compute per-head statistics in a host step or without group",
+        )
+    of = op.get("of")
+    vals = [lc.vs(x) for x in of] if isinstance(of, list) else [lc.vs(of)]
+    name = op.results[0]
+    field = lc.ident(name)
+    paired = any(v.form == "p" for v in vals)
+    scaled = False
+    if kind in ("sumsq", "dot") and not paired:
+        a, b = (vals[0], vals[0]) if kind == "sumsq" else vals
+        expr, scaled = f"({a.expr}, {b.expr})", lc.mode == "plain"
+        if not scaled:
+            expr = f"{a.expr} * {b.expr}"
+    elif kind in ("sumsq", "dot"):
+        a, b = (vals[0], vals[0]) if kind == "sumsq" else vals
+        la, lb = (f"Pair._lift({a.expr})", f"Pair._lift({b.expr})")
+        expr = f"{la}[0] * {lb}[0] + {la}[1] * {lb}[1]"
+    elif paired:
+        if kind != "sum":
+            raise lc.error(f"'{kind}' over paired lanes is not lowered yet")
+        expr = f"{vals[0].expr}.a + {vals[0].expr}.b"
+    else:
+        expr = vals[0].expr
+    if axis == "row":
+        shape = (lc.rows, lc.n_tiles(lc.width, lc.tile[1]))
+    else:
+        shape = (lc.n_tiles(lc.rows, lc.tile[0]), lc.width)
+    if kind == "logsumexp":
+        if axis != "row" or paired:
+            raise lc.error("online logsumexp needs a plain per-row reduction")
+        lc.outs[field] = f'OnlineLSEReduce("{field}")'
+    else:
+        cls = "ColVecReduce" if axis == "row" else "RowVecReduce"
+        args = [f'"{field}"']
+        if COMBINE[kind] != "add":
+            args.append(f'combine="{COMBINE[kind]}"')
+        if scaled:
+            args.append("scaled=True")
+        lc.reduces[field] = f"{cls}({', '.join(args)})"
+    role = "colred" if axis == "row" else "rowred"
+    lc.add_field(Field(field, name, role, shape, "fp32", fold=PARTIAL_FOLD[kind]))
+    lc.returns[field] = expr

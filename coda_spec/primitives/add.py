@@ -11,4 +11,5 @@ PRIMITIVE = binary(
         "sub",
         "mul",
     ),
+    symbol="+",
 )

@@ -89,6 +89,7 @@ class Primitive:
     results: str = "one"  # "one" | "many" | "none" (store)
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
     supports: Callable = field(default=lambda config, op: None)  # -> reason string or None
+    lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
     version: int = 1  # bump when semantics change; part of the cache key
 
     def cache_key(self) -> tuple:

@@ -14,6 +14,14 @@ from coda_spec.primitives.base import (
     item_schema,
 )
 
+
+def _lower(lc, op):
+    x = lc.v(op.get("cast"))
+    fn = {"bf16": "_round_bf16", "fp16": "_round_fp16", "fp32": ""}[op.get("dtype")]
+    expr = x.expr if not fn else (f"_map({fn}, {x.expr})" if x.form == "p" else f"{fn}({x.expr})")
+    lc.let(op.results[0], expr, x.form)
+
+
 PRIMITIVE = Primitive(
     name="cast",
     family=ELEMENTWISE,
@@ -24,4 +32,5 @@ PRIMITIVE = Primitive(
     infer=lambda tc, op, ins, tensors: (broadcast([ins["cast"]], "'cast'"),),
     reference=lambda rt, op, ins, tensors: (rt.round_always(ins["cast"], op.get("dtype")),),
     mutants=lambda op: (op.with_arg("dtype", "fp16" if op.get("dtype") == "bf16" else "bf16"),),
+    lower=_lower,
 )

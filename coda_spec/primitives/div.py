@@ -11,4 +11,5 @@ PRIMITIVE = binary(
         "mul",
         "sub",
     ),
+    symbol="/",
 )

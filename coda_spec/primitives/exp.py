@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Natural exponential.",
     example="- {exp: shifted, as: p}",
     siblings=("sigmoid",),
+    lower="_cm.exp",
 )

@@ -32,6 +32,13 @@ def _reference(rt, op, ins, tensors):
     return (picked * valid.reshape(-1, 1).to(picked.dtype),)
 
 
+def _lower(lc, op):
+    x = lc.v(op.get("gather_col"))
+    if x.form != "s":
+        raise lc.error("gather_col reads a plain (unpaired) tile")
+    lc.selects[op.results[0]] = (x.expr, op.get("index"))
+
+
 PRIMITIVE = Primitive(
     name="gather_col",
     family=VECTOR,
@@ -42,4 +49,5 @@ PRIMITIVE = Primitive(
     tensors=("index",),
     infer=_infer,
     reference=_reference,
+    lower=_lower,
 )

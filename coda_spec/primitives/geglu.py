@@ -1,7 +1,14 @@
 """`geglu`: GeGLU on interleaved (gate, up) column pairs: gelu_tanh(g) * u; half as wide."""
 
+from coda_spec.primitives._lowering import lanes
 from coda_spec.primitives._pairs import gated_infer, gated_reference
 from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
+
+
+def _lower(lc, op):
+    g, u = lanes(lc, lc.v(op.get("geglu")), op.results[0])
+    lc.let(op.results[0], f"_qa.gelu_tanh_approx({g}) * {u}", "s")
+
 
 PRIMITIVE = Primitive(
     name="geglu",
@@ -13,4 +20,5 @@ PRIMITIVE = Primitive(
     infer=gated_infer("geglu"),
     reference=gated_reference("gelu"),
     mutants=lambda op: (op.with_prim("swiglu"),),
+    lower=_lower,
 )

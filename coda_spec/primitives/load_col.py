@@ -11,6 +11,14 @@ def _infer(tc, op, ins, tensors):
     return (VType("col"),)
 
 
+def _lower(lc, op):
+    t = op.get("load_col")
+    info = lc.info(t)
+    dtype, transform = (info.dtype, "") if info.dtype in ("fp32", "bf16") else ("fp32", "to_fp32")
+    name = lc.param(t, "col", f'ColVecLoad("{lc.ident(t)}")', (1, lc.rows), dtype, transform)
+    lc.env[op.results[0]] = lc.val(name, "s")
+
+
 PRIMITIVE = Primitive(
     name="load_col",
     family=VECTOR,
@@ -21,4 +29,5 @@ PRIMITIVE = Primitive(
     tensors=("load_col",),
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_col"]).reshape(-1, 1),),
+    lower=_lower,
 )

@@ -10,6 +10,19 @@ def _infer(tc, op, ins, tensors):
     return (VType("row", info.shape[0]),)
 
 
+def _lower(lc, op):
+    t = op.get("load_row")
+    info = lc.info(t)
+    width = info.shape[0]
+    if width != lc.width:
+        # A half-width row in acc_pair mode is a per-pair table (RoPE frequencies): the
+        # consumer decides how it is passed, so defer it.
+        lc.env[op.results[0]] = lc.val(f"<row {t}>", "deferred", tensor=t)
+        return
+    name = lc.param(t, "row", f'RowVecLoad("{lc.ident(t)}")', (1, width), info.dtype)
+    lc.env[op.results[0]] = lc.val(name, lc.form_of_width(width))
+
+
 PRIMITIVE = Primitive(
     name="load_row",
     family=VECTOR,
@@ -20,4 +33,5 @@ PRIMITIVE = Primitive(
     tensors=("load_row",),
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_row"]).reshape(1, -1),),
+    lower=_lower,
 )

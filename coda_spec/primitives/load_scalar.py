@@ -17,6 +17,12 @@ def _infer(tc, op, ins, tensors):
     return (VType("scalar"),)
 
 
+def _lower(lc, op):
+    t = op.get("load_scalar")
+    name = lc.param(t, "scalar", f'Scalar("{lc.ident(t)}")', (), "fp32")
+    lc.env[op.results[0]] = lc.val(name, "s")
+
+
 PRIMITIVE = Primitive(
     name="load_scalar",
     family=VECTOR,
@@ -27,4 +33,5 @@ PRIMITIVE = Primitive(
     tensors=("load_scalar",),
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_scalar"]).reshape(()),),
+    lower=_lower,
 )

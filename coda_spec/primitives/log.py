@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Natural logarithm.",
     example="- {log: p, as: logp}",
     siblings=("sqrt",),
+    lower="_cm.log",
 )

@@ -11,4 +11,5 @@ PRIMITIVE = binary(
         "add",
         "div",
     ),
+    symbol="*",
 )

@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Negation, -x.",
     example="- {neg: g, as: minus_g}",
     siblings=("square",),
+    lower="-{x}",
 )

@@ -5,7 +5,7 @@ Each CTA tile writes one fp32 partial per column: the buffer is ``(ceil(M / tile
 folded by a chain-level ``finalize`` step.
 """
 
-from coda_spec.primitives._reduce import SIBLING, combine, of_schema, operand_tiles
+from coda_spec.primitives._reduce import SIBLING, combine, of_schema, operand_tiles, reduce_lower
 from coda_spec.primitives.base import REDUCTION, Primitive, VType, item_schema
 
 OPS = ("sum", "sumsq", "dot", "max", "absmax")
@@ -28,4 +28,5 @@ PRIMITIVE = Primitive(
     ),
     reference=lambda rt, op, ins, tensors: (combine(rt, op.get("reduce_col"), ins["of"], 0),),
     mutants=_mutants,
+    lower=lambda lc, op: reduce_lower(lc, op, "col"),
 )

@@ -8,7 +8,14 @@ groups per tile). A chain-level ``finalize`` step folds the partials into the st
 ``sumsq`` and ``dot`` fold with one fused multiply-add per element, never rounding the product.
 """
 
-from coda_spec.primitives._reduce import SIBLING, combine, grouped, of_schema, operand_tiles
+from coda_spec.primitives._reduce import (
+    SIBLING,
+    combine,
+    grouped,
+    of_schema,
+    operand_tiles,
+    reduce_lower,
+)
 from coda_spec.primitives.base import (
     DIM_REF,
     REDUCTION,
@@ -68,4 +75,5 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=_reference,
     mutants=_mutants,
+    lower=lambda lc, op: reduce_lower(lc, op, "row"),
 )

@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="ReLU, max(x, 0).",
     example="- {relu: acc, as: act}",
     siblings=("squared_relu",),
+    lower="_qa.relu",
 )

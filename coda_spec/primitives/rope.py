@@ -5,8 +5,30 @@ frequency per pair (``load_row`` of a W/2 vector; repeat it per head, and use 0 
 must not rotate, such as V in a fused QKV projection).
 """
 
+from coda_spec.primitives._lowering import lanes
 from coda_spec.primitives._pairs import rope_infer, rotate
 from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
+
+
+def _lower(lc, op):
+    x = lc.v(op.get("rope"))
+    pos = lc.v(op.get("pos"))
+    freqs = lc.v(op.get("freqs"))
+    if freqs.form != "deferred":
+        raise lc.error("freqs must be a load_row of a W/2 frequency vector")
+    table = lc.param(
+        freqs.tensor,
+        "row",
+        f'RowVecLoad("{lc.ident(freqs.tensor)}")',
+        (1, lc.width),
+        "fp32",
+        "turns_table",
+    )
+    a, b = lanes(lc, x, "x")
+    s, c = lc.tmp("sin"), lc.tmp("cos")
+    lc.line(f"{s}, {c} = _rot._sincos_turns(*_rot._angle_turns({pos.expr}, {table}))")
+    lc.let(op.results[0], f"pack({a} * {c} - {b} * {s}, {a} * {s} + {b} * {c})", "p")
+
 
 PRIMITIVE = Primitive(
     name="rope",
@@ -22,4 +44,5 @@ PRIMITIVE = Primitive(
         rotate(rt, ins["rope"], ins["pos"], ins["freqs"], 1.0),
     ),
     mutants=lambda op: (op.with_prim("rope_bwd"),),
+    lower=_lower,
 )

@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Reciprocal square root, 1 / sqrt(x).",
     example="- {rsqrt: ms, as: rstd}",
     siblings=("sqrt",),
+    lower="_cm.rsqrt",
 )

@@ -3,6 +3,12 @@
 
 from coda_spec.primitives.base import ELEMENTWISE, VALUE_REF, Primitive, broadcast, item_schema
 
+
+def _lower(lc, op):
+    x = lc.v(op.get("scale"))
+    lc.let(op.results[0], f"{x.expr} * {float(op.get('by'))!r}", x.form)
+
+
 PRIMITIVE = Primitive(
     name="scale",
     family=ELEMENTWISE,
@@ -13,4 +19,5 @@ PRIMITIVE = Primitive(
     infer=lambda tc, op, ins, tensors: (broadcast([ins["scale"]], "'scale'"),),
     reference=lambda rt, op, ins, tensors: (ins["scale"] * float(op.get("by")),),
     mutants=lambda op: (op.with_arg("by", float(op.get("by")) * 1.5 + 0.25),),
+    lower=_lower,
 )

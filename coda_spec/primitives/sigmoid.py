@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Logistic sigmoid, 1 / (1 + exp(-x)).",
     example="- {sigmoid: acc, as: gate}",
     siblings=("tanh",),
+    lower="_qa.sigmoid",
 )

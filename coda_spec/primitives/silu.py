@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="SiLU (swish), x * sigmoid(x).",
     example="- {silu: acc, as: act}",
     siblings=("gelu",),
+    lower="_qa.silu",
 )

@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Square root.",
     example="- {sqrt: var, as: std}",
     siblings=("rsqrt",),
+    lower="_cm.sqrt",
 )

@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Square, x * x.",
     example="- {square: x1, as: x1_sq}",
     siblings=("neg",),
+    lower="{x} * {x}",
 )

@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Squared ReLU, max(x, 0)^2 (Primer; relu² in nanoGPT speedruns).",
     example="- {squared_relu: acc, as: act}",
     siblings=("relu",),
+    lower="_qa.relu_sq",
 )

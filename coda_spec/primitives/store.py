@@ -36,6 +36,48 @@ def _reference(rt, op, ins, tensors):
     return (v,)
 
 
+def _lower(lc, op):
+    from coda_spec.lower.emit import Field
+
+    raw, to = op.get("store"), op.get("to")
+    info = lc.info(to)
+    field = lc.ident(to)
+    if raw in lc.selects:
+        expr, index = lc.selects.pop(raw)
+        idx = lc.info(index)
+        glob = f"_idx_{lc.ident(index)}"
+        lc.globals.append(f'{glob} = ColVecLoad("{lc.ident(index)}")')
+        if glob not in lc.extra:
+            lc.extra.append(glob)
+            lc.add_field(Field(lc.ident(index), index, "index", (lc.rows,), idx.dtype))
+        lc.outs[field] = f'ColVecSelect("{field}", idx_op={glob})'
+        lc.add_field(Field(field, to, "select", (lc.rows,), "fp32"))
+        lc.returns[field] = expr
+        return
+    v = lc.v(raw)
+    width = info.shape[1] if len(info.shape) == 2 else None
+    if width is None or v.form == "deferred":
+        raise lc.error("only tiles and gathered per-row values can be stored from an epilogue")
+    d_width = 2 * lc.width if lc.mode == "packed_cd_b16x2" else lc.width
+    add_to = op.get("add_to")
+    if lc.d is None and width == d_width and (lc.mode != "packed_cd_b16x2" or v.form == "p"):
+        lc.d = (to, info.dtype, tuple(info.shape))
+        lc.returns["D"] = v.expr
+        if add_to is not None:
+            if lc.c is not None:
+                raise lc.error("add_to cannot be combined with a C operand")
+            lc.add_to = add_to
+        return
+    if add_to is not None:
+        raise lc.error("only the kernel's first full-width store (D) can accumulate (add_to)")
+    gated = lc.mode == "acc_pair"
+    if gated and width == lc.width:
+        raise lc.error("acc_pair kernels store one full-width tile (D) and half-width aux tiles")
+    lc.outputs.append(f'TileStore("{field}"' + (", gated=True)" if gated else ")"))
+    lc.add_field(Field(field, to, "aux", tuple(info.shape), info.dtype))
+    lc.returns[field] = v.expr
+
+
 PRIMITIVE = Primitive(
     name="store",
     family=TILE,
@@ -56,4 +98,5 @@ PRIMITIVE = Primitive(
     results="none",
     infer=_infer,
     reference=_reference,
+    lower=_lower,
 )

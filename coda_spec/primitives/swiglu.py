@@ -1,7 +1,14 @@
 """`swiglu`: SwiGLU on interleaved (gate, up) column pairs: silu(g) * u, half as wide."""
 
+from coda_spec.primitives._lowering import lanes
 from coda_spec.primitives._pairs import gated_infer, gated_reference
 from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
+
+
+def _lower(lc, op):
+    g, u = lanes(lc, lc.v(op.get("swiglu")), op.results[0])
+    lc.let(op.results[0], f"_qa.silu({g}) * {u}", "s")
+
 
 PRIMITIVE = Primitive(
     name="swiglu",
@@ -13,4 +20,5 @@ PRIMITIVE = Primitive(
     infer=gated_infer("swiglu"),
     reference=gated_reference("silu"),
     mutants=lambda op: (op.with_prim("geglu"),),
+    lower=_lower,
 )

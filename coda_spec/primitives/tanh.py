@@ -8,4 +8,5 @@ PRIMITIVE = unary(
     summary="Hyperbolic tangent.",
     example="- {tanh: acc, as: t}",
     siblings=("sigmoid",),
+    lower="_qa.tanh",
 )

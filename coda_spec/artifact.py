@@ -1,0 +1,181 @@
+"""The artifact format: ``manifest.json`` of a build directory (written by build, read by runtime).
+
+A manifest is the complete calling contract of a built chain; the runtime reads nothing else
+(plus ``spec.yaml`` for host steps). Format version ``FORMAT_VERSION``; readers refuse others.
+
+Top level: ``format``, ``name``, ``digest`` (spec content hash), ``versions`` (coda, quack,
+cutlass-dsl, tvm-ffi), ``config`` (tile/cluster/schedule), ``library`` (the .so), ``dims``,
+``inputs``/``outputs`` (name, shape expression, dtype), ``tensors`` (every chain tensor), ``steps``
+and ``backward_steps`` (in order) and ``links`` (producer step -> consumer step, tensor).
+
+A kernel step records: ``symbol`` (exported function), ``mode``, ``a``/``b`` (tensor,
+transposed), ``d``/``c`` bindings, ``add_to``, ``fields`` (every EpilogueArguments entry: role,
+chain tensor, buffer shape expression, dtype, runtime transform, partial fold), ``field_order``
+(read from the compiled plan, never recomputed: it is not the fn's parameter order), operand
+``majors`` and ``max_swizzle_size``. The positional call is
+``f(A, B, D, C, epi_tuple, (max_active_clusters, None, max_swizzle_size, None, None, None),
+None, None, None)`` with ``max_active_clusters = SM count // cluster size``.
+Shape expressions are ints, dim names, or ``cdiv(<dim>,<tile>)`` for partial buffers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def compiler_lib_dirs() -> list[tuple[str, str]]:
+    """(directory, library) pairs to link against (build side)."""
+    res = subprocess.run(
+        [sys.executable, "-m", "cutlass.cute.export.aot_config", "--libdir"],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        from coda_spec.errors import ToolError
+
+        raise ToolError(
+            "cannot locate libcute_dsl_runtime (is nvidia-cutlass-dsl installed? "
+            "pip install 'coda-spec[build]')"
+        )
+    import tvm_ffi.libinfo
+
+    return [
+        (res.stdout.strip().splitlines()[-1], "cute_dsl_runtime"),
+        (os.path.dirname(tvm_ffi.libinfo.find_libtvm_ffi()), "tvm_ffi"),
+    ]
+
+
+def _step_data(step, info, kernels_by_step, records_by_symbol, analysis) -> dict:
+    if step.kind == "kernel":
+        k = dict(kernels_by_step[step.name])
+        rec = records_by_symbol[k["symbol"]]
+        k.update(
+            kind="kernel",
+            name=step.name,
+            field_order=rec["fields"],
+            majors=rec["majors"],
+            max_swizzle_size=rec["max_swizzle_size"],
+            compile_s=rec["compile_s"],
+            object_bytes=rec["object_bytes"],
+            line=step.loc.line,
+        )
+        return k
+    if step.kind == "finalize":
+        part = analysis.tensor(step.of).partial
+        kind, _, width, group, rows = part
+        n = step.n if step.n is not None else (group or width if kind == "rowpart" else rows)
+        return {
+            "kind": "finalize",
+            "name": step.name,
+            "op": step.op,
+            "of": step.of,
+            "result": step.result,
+            "n": n,
+            "eps": step.eps,
+            "line": step.loc.line,
+        }
+    return {
+        "kind": "host",
+        "name": step.name,
+        "over": step.over,
+        "reads": list(info.reads),
+        "writes": list(info.writes),
+        "line": step.loc.line,
+        "note": "runs in torch (coda_spec.reference) in v1",
+    }
+
+
+def make_manifest(checked, lowered: dict, records: list[dict], library: str | None) -> dict:
+    from coda_spec.lower.module import tool_versions
+
+    spec, a = checked.spec, checked.analysis
+    kernels = {k["step"]: k for k in lowered["kernels"]}
+    recs = {r["symbol"]: r for r in records}
+    steps = [_step_data(s, i, kernels, recs, a) for s, i in zip(spec.steps, a.steps, strict=True)]
+    bsteps = []
+    if spec.backward is not None:
+        bsteps = [
+            _step_data(s, i, kernels, recs, a)
+            for s, i in zip(spec.backward.steps, a.backward_steps, strict=True)
+        ]
+    producer = {t.name: t.producer for t in a.tensors}
+    links = []
+    for info in list(a.steps) + list(a.backward_steps):
+        for t in info.reads:
+            if producer.get(t):
+                links.append({"from": producer[t], "to": info.name, "tensor": t})
+    return {
+        "format": FORMAT_VERSION,
+        "name": spec.name,
+        "digest": spec.digest,
+        "spec_file": spec.file,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": tool_versions(),
+        "config": lowered["config"],
+        "library": library,
+        "dims": {d.name: d.size for d in spec.dims},
+        "inputs": [
+            {
+                "name": t.name,
+                "shape": list(t.shape),
+                "dtype": t.dtype,
+                "ignore_index": t.ignore_index,
+            }
+            for t in spec.tensors
+        ],
+        "outputs": [
+            {"name": o.name, "dtype": o.dtype, "shape": list(a.tensor(o.name).shape)}
+            for o in spec.outputs
+        ],
+        "tensors": lowered["tensors"],
+        "steps": steps,
+        "backward_steps": bsteps,
+        "links": links,
+    }
+
+
+def write_manifest(directory: Path, manifest: dict) -> None:
+    """Write atomically; the manifest's presence marks a build complete."""
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, directory / MANIFEST)
+
+
+def read_manifest(directory) -> dict:
+    path = Path(directory) / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise FileNotFoundError(
+            f"{directory}: no {MANIFEST}; not a complete coda build (run coda build first)"
+        ) from e
+    if data.get("format") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: manifest format {data.get('format')} is not "
+            f"{FORMAT_VERSION}; rebuild with this coda"
+        )
+    return data
+
+
+def eval_shape(shape, sizes: dict) -> tuple:
+    """Concrete sizes of a manifest shape expression."""
+    out = []
+    for d in shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, str) and d.startswith("cdiv("):
+            a, b = d[5:-1].split(",")
+            out.append(-(-eval_shape([a.strip()], sizes)[0] // int(b)))
+        elif isinstance(d, str) and d.lstrip("-").isdigit():
+            out.append(int(d))
+        else:
+            out.append(int(sizes[d]))
+    return tuple(out)

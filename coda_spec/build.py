@@ -1,0 +1,308 @@
+"""``coda build``: spec -> content-addressed build directory with a loadable sm_90a library.
+
+Stages (Triton-style, each a function from one typed value to the next; ``--stop-after`` cuts
+the chain, and every intermediate is kept in the build directory)::
+
+    load -> validate -> normalize -> analyze      (coda_spec.frontend; no torch, no quack)
+    lower     kernel.py + lowered.json            (coda_spec.lower; text only)
+    compile   one .o per kernel + .compiled.json  (worker processes: coda_spec.lower.quack_adapter)
+    link      <name>.so                           (gcc, against libcute_dsl_runtime + libtvm_ffi)
+    manifest  manifest.json                       (coda_spec.artifact; marks the build complete)
+
+Layout: ``build/<name>-<hash>/`` where the hash covers the spec's content, the config and the
+tool versions; ``build/<name>-latest`` is a symlink to the newest complete build of that spec.
+Atomicity: a build happens in ``build/.tmp-<name>-<hash>-<pid>/`` and is renamed into place only
+when complete (``manifest.json`` written last), so a killed build never looks complete and two
+concurrent builds of one spec cannot corrupt each other (the loser discards its copy). A rebuild
+of an unchanged spec is a cache hit that imports neither torch nor quack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from coda_spec import artifact
+from coda_spec.config import BuildConfig
+from coda_spec.errors import Diagnostic, SpecError, ToolError
+
+STAGES = ("load", "validate", "normalize", "analyze", "lower", "compile", "link", "manifest")
+MAX_WORKERS = 2  # each compile worker peaks at ~750 MB
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out: Path = Path("build")
+    config: BuildConfig = BuildConfig()
+    stop_after: str = "manifest"
+    jobs: int = MAX_WORKERS
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    name: str
+    directory: Path
+    cached: bool
+    complete: bool
+    seconds: float
+
+
+def build_hash(checked, config: BuildConfig) -> str:
+    from coda_spec.lower.module import tool_versions
+
+    blob = json.dumps(
+        {
+            "spec": checked.spec.digest,
+            "config": config.key(),
+            "tools": tool_versions(),
+            "format": artifact.FORMAT_VERSION,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _say(msg: str, log=None):
+    print(msg, flush=True)
+    if log is not None:
+        log.write(msg + "\n")
+
+
+def build_spec(path, opts: BuildOptions) -> BuildResult:
+    """Build one spec file. Raises SpecError (invalid / unsupported) or ToolError."""
+    from coda_spec.frontend import check_file
+
+    start = time.perf_counter()
+    checked = check_file(path)
+    name = checked.spec.name
+    if STAGES.index(opts.stop_after) <= STAGES.index("analyze"):
+        print(f"{path}: stopped after {opts.stop_after} (nothing written)")
+        return BuildResult(name, Path(), False, False, time.perf_counter() - start)
+    problems = opts.config.problems()
+    if problems:
+        raise SpecError([Diagnostic(str(path), 0, 0, "--config", p) for p in problems])
+    final = opts.out / f"{name}-{build_hash(checked, opts.config)}"
+    if not opts.force and (final / artifact.MANIFEST).is_file():
+        _point_latest(opts.out, name, final)
+        elapsed = time.perf_counter() - start
+        print(f"{path}: cache hit: {final} ({elapsed:.2f}s)")
+        return BuildResult(name, final, True, True, elapsed)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    tmp = opts.out / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        with open(tmp / "build.log", "w") as log:
+            complete = _run_stages(path, checked, tmp, opts, log)
+        _publish(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if complete:
+        _point_latest(opts.out, name, final)
+    elapsed = time.perf_counter() - start
+    what = "built" if complete else f"stopped after {opts.stop_after}"
+    print(f"{path}: {what}: {final} ({elapsed:.1f}s)")
+    return BuildResult(name, final, False, complete, elapsed)
+
+
+def _run_stages(path, checked, tmp: Path, opts: BuildOptions, log) -> bool:
+    from coda_spec.ir import to_data
+    from coda_spec.lower.module import lower_spec
+
+    (tmp / "spec.yaml").write_text(checked.source.text)
+    (tmp / "spec.normalized.json").write_text(json.dumps(to_data(checked.spec), indent=1) + "\n")
+    lowered = lower_spec(checked, opts.config)
+    (tmp / "kernel.py").write_text(lowered.source)
+    meta = lowered_json(checked, lowered, opts.config)
+    (tmp / "lowered.json").write_text(json.dumps(meta, indent=1) + "\n")
+    _say(f"{path}: lowered {len(lowered.kernels)} kernel(s) -> kernel.py", log)
+    if opts.stop_after == "lower":
+        return False
+    records = compile_kernels(path, checked, tmp, [k.symbol for k in lowered.kernels], opts, log)
+    if opts.stop_after == "compile":
+        return False
+    so = link(tmp, checked.spec.name, [r["symbol"] for r in records], log) if records else None
+    if opts.stop_after == "link":
+        return False
+    artifact.write_manifest(tmp, artifact.make_manifest(checked, meta, records, so))
+    return True
+
+
+def lowered_json(checked, lowered, config: BuildConfig) -> dict:
+    a = checked.analysis
+    return {
+        "spec": checked.spec.name,
+        "digest": checked.spec.digest,
+        "config": config.key(),
+        "sizes": {d.name: d.size for d in checked.spec.dims if d.size is not None},
+        "tensors": {t.name: {"shape": list(t.shape), "dtype": t.dtype} for t in a.tensors},
+        "kernels": [_kernel_data(k) for k in lowered.kernels],
+    }
+
+
+def _kernel_data(k) -> dict:
+    d = asdict(k)
+    d.pop("body")
+    d.pop("decorator")
+    d.pop("globals")
+    return d
+
+
+def compile_kernels(path, checked, tmp: Path, symbols, opts: BuildOptions, log) -> list[dict]:
+    """Compile every kernel in at most ``opts.jobs`` worker processes (batches share imports)."""
+    if not symbols:
+        return []
+    jobs = max(1, min(opts.jobs, len(symbols)))
+    batches = [symbols[i::jobs] for i in range(jobs)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+    procs = []
+    for batch in batches:
+        _say(
+            f"{path}: compiling {', '.join(batch)} (sm_90a, {opts.config.tile_m}x"
+            f"{opts.config.tile_n}, cluster {opts.config.cluster_m}x{opts.config.cluster_n})",
+            log,
+        )
+        cmd = [sys.executable, "-m", "coda_spec.lower.quack_adapter", str(tmp), *batch]
+        procs.append(
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+            )
+        )
+    for p in procs:
+        out, _ = p.communicate()
+        log.write(out)
+        for line in out.splitlines():
+            if line.startswith(("compiled ", "FAILED ")):
+                _say(f"{path}: {line}", log)
+    failed = [s for s in symbols if (tmp / f"{s}.error.txt").exists()]
+    if failed:
+        raise SpecError([_compile_diag(checked, tmp, s) for s in failed])
+    missing = [s for s in symbols if not (tmp / f"{s}.compiled.json").exists()]
+    if missing:
+        raise ToolError(
+            f"compile workers exited without output for {missing}; see {tmp / 'build.log'}"
+        )
+    return [json.loads((tmp / f"{s}.compiled.json").read_text()) for s in symbols]
+
+
+def _compile_diag(checked, tmp: Path, symbol: str) -> Diagnostic:
+    """Map a compile failure to the kernel (and, when the traceback names a generated line,
+    to the spec line whose comment sits above it)."""
+    tb = (tmp / f"{symbol}.error.txt").read_text()
+    last = [ln for ln in tb.strip().splitlines() if ln.strip()][-1][:400]
+    step = next(s for s in _kernels(checked) if f"coda_{s.name}" == symbol)
+    line, col = step.loc.line, step.loc.col
+    gen = (tmp / "kernel.py").read_text().splitlines()
+    for ln in reversed(tb.splitlines()):
+        if 'kernel.py", line ' in ln:
+            n = int(ln.split('kernel.py", line ')[1].split(",")[0])
+            for back in range(n - 1, 0, -1):
+                text = gen[back - 1].strip()
+                if text.startswith("# ") and ".yaml:" in text:
+                    line = int(text.split(".yaml:")[1].split(":")[0])
+                    break
+            break
+    return Diagnostic(
+        checked.spec.file,
+        line,
+        col,
+        step.name,
+        f"CuTe DSL/QuACK could not compile kernel '{step.name}': {last}",
+        f"full log: {tmp.name}/{symbol}.error.txt (kept in the build log)",
+    )
+
+
+def _kernels(checked):
+    spec = checked.spec
+    return [
+        s
+        for s in list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+        if s.kind == "kernel"
+    ]
+
+
+def link(tmp: Path, name: str, symbols, log) -> str:
+    libdirs = artifact.compiler_lib_dirs()
+    so = f"{name}.so"
+    cmd = ["gcc", "-shared", "-o", str(tmp / so), *[str(tmp / f"{s}.o") for s in symbols]]
+    for d, lib in libdirs:
+        cmd += [f"-L{d}", f"-l{lib}"]
+    cmd += ["-Wl,-rpath,$ORIGIN"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    log.write(" ".join(cmd) + "\n" + res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise ToolError(f"link failed: {res.stderr.strip()[:500]}")
+    _say(f"linked {so} ({(tmp / so).stat().st_size // 1024} KiB)", log)
+    return so
+
+
+def _publish(tmp: Path, final: Path):
+    if final.exists():
+        if (final / artifact.MANIFEST).is_file():
+            shutil.rmtree(tmp)  # a concurrent build finished first: keep theirs
+            return
+        shutil.rmtree(final)  # an incomplete (--stop-after) build: replace it
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if (final / artifact.MANIFEST).is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise
+
+
+def _point_latest(out: Path, name: str, final: Path):
+    link_path = out / f"{name}-latest"
+    tmp = out / f".{name}-latest.{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(final.name, tmp)
+    os.replace(tmp, link_path)
+
+
+def prune(out: Path, keep: dict) -> list[Path]:
+    """Remove stale builds: every ``<name>-<hash>`` other than ``keep[name]``, and stale tmps."""
+    removed = []
+    if not out.is_dir():
+        return removed
+    for d in out.iterdir():
+        if d.name.startswith(".tmp-") and d.is_dir():
+            pid = d.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+            continue
+        if not d.is_dir() or d.is_symlink():
+            continue
+        name, _, h = d.name.rpartition("-")
+        if name in keep and d.name != keep[name].name and len(h) == 12:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def latest_build(out: Path, name: str) -> Path | None:
+    p = out / f"{name}-latest"
+    return p.resolve() if p.exists() and (p / artifact.MANIFEST).is_file() else None

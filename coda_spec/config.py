@@ -1,0 +1,76 @@
+"""Build configuration: the GEMM tile/cluster/schedule every kernel of a build uses.
+
+The default (128 x 256 tile, 2 x 1 cluster, cooperative) compiles every bundled spec without
+register spills on sm_90a; pingpong needs tile_N <= 208 at tile_M = 128 (QuACK 0.6.5). The config
+is one frozen object passed down through lowering, compile and manifest, and is part of the
+content hash of a build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from coda_spec import dims as dimmod
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    tile_m: int = 128
+    tile_n: int = 256
+    cluster_m: int = 2
+    cluster_n: int = 1
+    pingpong: bool = False
+    sizes: tuple = field(default=(), compare=False)  # ((dim, size), ...) for supports() checks
+    width: int = 0  # the kernel's N, set per kernel for supports() checks
+
+    def fold(self, expr) -> int:
+        return dimmod.evaluate(expr, dict(self.sizes))
+
+    def key(self) -> dict:
+        d = asdict(self)
+        d.pop("sizes")
+        d.pop("width")
+        return d
+
+    def problems(self) -> list[str]:
+        """Tile rules of QuACK's sm90 GEMM that are independent of the epilogue."""
+        out = []
+        if self.pingpong:
+            limits = {64: 256, 128: 208, 192: 128}
+            if self.tile_m not in limits:
+                out.append(f"pingpong needs tile_M in {sorted(limits)}")
+            elif self.tile_n > limits[self.tile_m] or self.tile_n % 16:
+                out.append(
+                    f"pingpong at tile_M={self.tile_m} needs tile_N <= "
+                    f"{limits[self.tile_m]}, a multiple of 16"
+                )
+        else:
+            if self.tile_m not in (64, 128, 192, 256, 320):
+                out.append("cooperative needs tile_M in {64, 128, 192, 256, 320}")
+            if not (self.tile_n % 16 == 0 and self.tile_n <= 256) and not (
+                self.tile_n % 32 == 0 and self.tile_n <= 512
+            ):
+                out.append("tile_N must be a multiple of 16 up to 256 (or of 32 up to 512)")
+        if self.cluster_m * self.cluster_n not in (1, 2, 4):
+            out.append("cluster size must be 1, 2 or 4")
+        return out
+
+
+def parse_config(text: str | None) -> BuildConfig:
+    """``--config 128x192,cluster=1x1,pingpong`` (any subset, comma separated)."""
+    cfg = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part in ("pingpong", "cooperative"):
+            cfg["pingpong"] = part == "pingpong"
+        elif part.startswith("cluster="):
+            m, n = part.split("=", 1)[1].lower().split("x")
+            cfg["cluster_m"], cfg["cluster_n"] = int(m), int(n)
+        elif "x" in part and part.replace("x", "").isdigit():
+            m, n = part.lower().split("x")
+            cfg["tile_m"], cfg["tile_n"] = int(m), int(n)
+        else:
+            raise ValueError(f"unknown config item {part!r}; e.g. 128x256,cluster=2x1,cooperative")
+    return BuildConfig(**cfg)

@@ -1,0 +1,172 @@
+"""The QuACK/CuTe-DSL adapter: GPU-blind compile of generated epilogues and export to objects.
+
+This is the ONLY module of coda that imports quack or cutlass. It runs as a worker process::
+
+    python -m coda_spec.lower.quack_adapter BUILD_DIR SYMBOL [SYMBOL ...]
+
+reading ``BUILD_DIR/kernel.py`` and ``BUILD_DIR/lowered.json`` and writing, per kernel,
+``SYMBOL.o`` (the exported TVM-FFI function, cubin inside) and ``SYMBOL.compiled.json`` (the
+plan's ``EpilogueArguments._fields`` in order, operand majors, scheduler facts, timings). On a
+failure it writes ``SYMBOL.error.txt`` (the full traceback) and exits 3; the build maps it back to
+the spec line. One process compiles several kernels so the ~5 s of imports are paid once.
+
+Measured recipe (DESIGN §4): set ``QUACK_ARCH=90`` and ``CUTE_DSL_ARCH=sm_90a`` before cutlass is
+imported (otherwise the DSL targets sm_100a), disable QuACK's disk cache, and patch the one GPU
+query (``get_max_active_clusters``; its value is a runtime argument of the exported function
+anyway). Fake operands are CPU ``torch.empty`` tensors with the real dtypes, ranks and majors;
+shapes are symbolic in the compiled function, so any size works at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPRESENTATIVE_M = 1024  # dynamic dims only need a value to build fake tensors
+_TORCH_DTYPES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+    "int32": "int32",
+    "int64": "int64",
+}
+
+
+def _setup():
+    os.environ["QUACK_ARCH"] = "90"
+    os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+    os.environ["QUACK_CACHE_ENABLED"] = "0"
+    import quack.gemm_runtime.host as host
+
+    host.get_max_active_clusters = lambda cluster_size, *a, **k: 132 // cluster_size
+
+
+def _size(d, sizes):
+    if isinstance(d, int):
+        return d
+    if isinstance(d, str) and d.startswith("cdiv("):
+        a, b = d[5:-1].split(",")
+        return -(-_size(a.strip(), sizes) // int(b))
+    if isinstance(d, str) and d.isdigit():
+        return int(d)
+    return sizes.get(d, REPRESENTATIVE_M)
+
+
+def _empty(shape, dtype, sizes):
+    import torch
+
+    return torch.empty(
+        *[_size(d, sizes) for d in shape], dtype=getattr(torch, _TORCH_DTYPES[dtype])
+    )
+
+
+def _operand(t, transposed, sizes, tensors):
+    info = tensors[t]
+    x = _empty(info["shape"], info["dtype"], sizes)
+    return x.T if transposed else x
+
+
+def _major(x) -> str:
+    return "row" if x.stride(-1) == 1 else "col"
+
+
+def compile_one(mod, k: dict, meta: dict, config: dict):
+    """Compile and export one lowered kernel; returns the record for SYMBOL.compiled.json."""
+    import cutlass
+
+    sizes, tensors = meta["sizes"], meta["tensors"]
+    a = _operand(k["a"][0], k["a"][1], sizes, tensors)
+    # QuACK's B is (N, K): acc = a' @ b' with b' = b or b.T, so B = b'.T.
+    b_val = _operand(k["b"][0], k["b"][1], sizes, tensors)
+    b = b_val.T
+    d = _empty(k["d"][2], k["d"][1], sizes) if k["d"] else None
+    c = _empty(k["c"][2], k["c"][1], sizes) if k["c"] else None
+    epi, overrides = {}, {}
+    for f in k["fields"]:
+        if f["role"] == "scalar":
+            epi[f["name"]] = 1.0
+            overrides[f["name"]] = ("pointer", cutlass.Float32)
+        else:
+            epi[f["name"]] = _empty(f["shape"], f["dtype"], sizes)
+    fn = getattr(mod, k["symbol"])
+    start = time.perf_counter()
+    kwargs = {"epi_key_overrides": overrides} if overrides else {}
+    plan = fn.gemm(
+        a,
+        b,
+        d,
+        c,
+        epi_args=epi,
+        tile_M=config["tile_m"],
+        tile_N=config["tile_n"],
+        cluster_M=config["cluster_m"],
+        cluster_N=config["cluster_n"],
+        pingpong=config["pingpong"],
+        persistent=True,
+        _launch=False,
+        add_to_output=bool(k["add_to"]),
+        **kwargs,
+    )
+    compile_s = time.perf_counter() - start
+    if plan.scheduler_static is None:
+        raise RuntimeError(
+            "plan needs per-call scheduler arguments; coda's runtime passes the static form only"
+        )
+    return plan, {
+        "symbol": k["symbol"],
+        "fields": list(plan.gemm_cls.EpilogueArguments._fields),
+        "majors": {
+            "A": _major(a),
+            "B": _major(b),
+            "D": _major(d) if d is not None else None,
+            "C": _major(c) if c is not None else None,
+        },
+        "max_swizzle_size": int(plan.max_swizzle_size),
+        "gemm_class": plan.gemm_cls.__name__,
+        "compile_s": round(compile_s, 2),
+    }
+
+
+def main(argv: list[str]) -> int:
+    build_dir = Path(argv[0])
+    symbols = argv[1:]
+    _setup()
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coda_generated_kernel", build_dir / "kernel.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["coda_generated_kernel"] = mod
+    lowered = json.loads((build_dir / "lowered.json").read_text())
+    try:
+        spec.loader.exec_module(mod)
+    except Exception:  # noqa: BLE001 - reported to the build, which maps it to the spec
+        for s in symbols:
+            (build_dir / f"{s}.error.txt").write_text(traceback.format_exc())
+        return 3
+    by_symbol = {k["symbol"]: k for k in lowered["kernels"]}
+    status = 0
+    for s in symbols:
+        try:
+            plan, record = compile_one(mod, by_symbol[s], lowered, lowered["config"])
+            start = time.perf_counter()
+            obj = build_dir / f"{s}.o"
+            plan.compiled_fn.export_to_c(
+                str(obj), function_name=s, export_only_tvm_ffi_symbols=True
+            )
+            record["export_s"] = round(time.perf_counter() - start, 2)
+            record["object_bytes"] = obj.stat().st_size
+            (build_dir / f"{s}.compiled.json").write_text(json.dumps(record, indent=1))
+            print(f"compiled {s} in {record['compile_s']}s", flush=True)
+        except Exception:  # noqa: BLE001
+            (build_dir / f"{s}.error.txt").write_text(traceback.format_exc())
+            print(f"FAILED {s}", flush=True)
+            status = 3
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
