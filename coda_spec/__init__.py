@@ -11,3 +11,10 @@ Layer map (dependencies point down only):
 """
 
 __version__ = "0.1.0"
+
+
+def load(directory):
+    """Load a build directory for calling (see ``coda_spec.runtime``; imports torch lazily)."""
+    from coda_spec.runtime import load as _load
+
+    return _load(directory)

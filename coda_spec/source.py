@@ -189,11 +189,11 @@ def _build(file: str, text: str) -> tuple[object, dict, dict]:
             continue
         anchor = getattr(event, "anchor", None)
         if isinstance(event, yaml.AliasEvent) or anchor:
-            what = "alias" if isinstance(event, yaml.AliasEvent) else "anchor"
+            what = "aliases" if isinstance(event, yaml.AliasEvent) else "anchors"
             raise _err(
                 file,
                 *_mark(event.start_mark),
-                f"YAML {what}s ('&name'/'*name') are not supported in specs",
+                f"YAML {what} ('&name'/'*name') are not supported in specs",
                 "write the value out where it is used",
             )
         tag = getattr(event, "tag", None)
