@@ -156,7 +156,7 @@ class Chain:
             elif step["kind"] == "finalize":
                 self._finalize(step, env, sizes, partials)
             else:
-                self._host(step, env, sizes)
+                self._host(step, env, sizes, partials)
         return env
 
     def _fn(self, symbol: str):
@@ -229,7 +229,9 @@ class Chain:
         role, fold = partials[step["of"]]
         buf = env[step["of"]]
         axis = 1 if role == "colred" else 0
-        if fold == "sum":
+        if role == "exact":  # a host step's reduction: already complete
+            x = buf.reshape(-1) if 1 in buf.shape else buf
+        elif fold == "sum":
             x = buf.sum(dim=axis)
         elif fold == "max":
             x = buf.amax(dim=axis)
@@ -243,7 +245,7 @@ class Chain:
             x = torch.rsqrt(x / n + step["eps"])
         env[step["result"]] = x
 
-    def _host(self, step, env, sizes):
+    def _host(self, step, env, sizes, partials):
         from coda_spec.reference import PRECISIONS, _run_step
 
         checked = self.checked()
@@ -253,6 +255,10 @@ class Chain:
         work = {k: v for k, v in env.items() if isinstance(v, torch.Tensor)}
         _run_step((PRECISIONS["fp32"], sizes, checked.analysis), spec_step, work)
         for name in step["writes"]:
+            if checked.analysis.tensor(name).origin == "partial":
+                partials[name] = ("exact", None)
+                env[name] = work[name]
+                continue
             dtype = self.manifest["tensors"][name]["dtype"]
             env[name] = work[name].to(TORCH_DTYPES[dtype])
 

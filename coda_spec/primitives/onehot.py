@@ -18,7 +18,7 @@ def _infer(tc, op, ins, tensors):
 
 def _reference(rt, op, ins, tensors):
     idx, valid = index_tensor(rt, tensors["onehot"], rt.decl(op.get("onehot")))
-    cols = rt.torch.arange(rt.width).reshape(1, -1)
+    cols = rt.torch.arange(rt.width, device=idx.device).reshape(1, -1)
     hit = (cols == idx.reshape(-1, 1)) & valid.reshape(-1, 1)
     return (hit.to(rt.dtype),)
 
