@@ -194,6 +194,8 @@ def _program_diag(src, path, err: ExprError, is_block_start: bool = True) -> Dia
     else:
         quote = 1 if text[col - 1 : col] in ("'", '"') else 0
         line, col = line + err.line - 1, col + quote + err.col - 1
+    if line > len(src.lines):  # an empty block scalar on the last line: point at its end
+        line, col = max(len(src.lines), 1), len(src.lines[-1]) + 1 if src.lines else 1
     d = src.diag(path, err.message, err.hint)
     return Diagnostic(d.file, line, col, d.path, d.message, d.hint)
 

@@ -1,0 +1,243 @@
+"""``coda build`` on the bundled catalogue, GPU-blind (CI): every spec compiles for sm_90a.
+
+A session fixture builds every bundled spec once (2 compile workers, ~750 MB each). Then, per
+spec: the manifest's epilogue arguments are exactly the spec's operands, outputs and reductions;
+each kernel's cubin (cut out of its object) is sm_90a with HGMMA, TMA loads, a TMA store or
+reduce per tile output, and no local memory. Cache hits, --stop-after, atomicity and refusals are
+tested on small specs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from coda_spec.build import BuildOptions, build_spec, prune
+from coda_spec.errors import SpecError
+from coda_spec.frontend import check_file
+from coda_spec.lower.module import kernel_steps
+from tests.conftest import ROOT, SPECS
+from tests.cubin import arch_of, cubins, nvdisasm_path, opcodes
+
+pytest.importorskip("quack", reason="needs the [build] extra (quack-kernels, nvidia-cutlass-dsl)")
+IDS = [p.stem for p in SPECS]
+GEMM_SPECS = [
+    p
+    for p in SPECS
+    if any(s.kind == "kernel" for s in check_file(p).spec.steps)
+    or check_file(p).spec.backward is not None
+]
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("build")
+    results = {}
+    for path in SPECS:
+        try:
+            results[path.stem] = build_spec(path.relative_to(ROOT), BuildOptions(out=out))
+        except SpecError as e:
+            results[path.stem] = e
+    return out, results
+
+
+def _result(built, stem):
+    res = built[1][stem]
+    if isinstance(res, SpecError):
+        pytest.fail("; ".join(d.message for d in res.diagnostics))
+    return res
+
+
+@pytest.fixture(autouse=True)
+def _chdir_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=IDS)
+def test_spec_builds(built, path):
+    res = _result(built, path.stem)
+    manifest = json.loads((res.directory / "manifest.json").read_text())
+    assert manifest["format"] == 1
+    assert manifest["digest"] == check_file(path.relative_to(ROOT)).spec.digest
+    kernels = [s for s in manifest["steps"] + manifest["backward_steps"] if s["kind"] == "kernel"]
+    for k in kernels:
+        assert (res.directory / f"{k['symbol']}.o").stat().st_size > 10_000
+    if kernels:
+        assert (res.directory / manifest["library"]).is_file()
+    for f in ("kernel.py", "lowered.json", "spec.yaml", "spec.normalized.json", "build.log"):
+        assert (res.directory / f).is_file()
+
+
+def _epilogue_names(step) -> set:
+    """Chain tensors an epilogue reads (loads) or writes (stores, reductions)."""
+    names = set()
+    for op in step.epilogue:
+        if op.prim.startswith("load_") or op.prim == "gather_col":
+            names.add(op.get(op.prim) if op.prim != "gather_col" else op.get("index"))
+        elif op.prim == "store":
+            names.add(op.get("to"))
+        elif op.prim.startswith("reduce_"):
+            names.update(op.results)
+    return names
+
+
+@pytest.mark.parametrize("path", SPECS, ids=IDS)
+def test_manifest_epilogue_arguments_are_the_specs(built, path):
+    res = _result(built, path.stem)
+    manifest = json.loads((res.directory / "manifest.json").read_text())
+    kernels = {
+        s["name"]: s
+        for s in manifest["steps"] + manifest["backward_steps"]
+        if s["kind"] == "kernel"
+    }
+    checked = check_file(path.relative_to(ROOT))
+    for step, _ in kernel_steps(checked.analysis):
+        k = kernels[step.name]
+        order = [f for f in k["field_order"] if not f.startswith("split_k_")]
+        assert sorted(order) == sorted(f["name"] for f in k["fields"])
+        bound = {f["tensor"] for f in k["fields"]}
+        bound |= {x[0] for x in (k["d"], k["c"]) if x}
+        assert bound == _epilogue_names(step), step.name
+        for f in k["fields"]:
+            assert f["dtype"] in ("bf16", "fp16", "fp32", "int32", "int64")
+
+
+@pytest.mark.skipif(nvdisasm_path() is None, reason="triton's nvdisasm not found")
+@pytest.mark.parametrize("path", GEMM_SPECS, ids=[p.stem for p in GEMM_SPECS])
+def test_cubins_are_sm90a_with_tma_and_no_local_memory(built, path, tmp_path):
+    res = _result(built, path.stem)
+    manifest = json.loads((res.directory / "manifest.json").read_text())
+    for k in [s for s in manifest["steps"] + manifest["backward_steps"] if s["kind"] == "kernel"]:
+        images = cubins(res.directory / f"{k['symbol']}.o")
+        assert images, f"no cubin inside {k['symbol']}.o"
+        for cb in images:
+            assert arch_of(cb, tmp_path) == "sm_90a", k["symbol"]
+            ops = opcodes(cb, tmp_path)
+            assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0, k["symbol"]
+            tile_outputs = (k["d"] is not None) + sum(f["role"] == "aux" for f in k["fields"])
+            stores = ops["UTMASTG"] + ops["UTMAREDG"]
+            if tile_outputs:
+                assert stores >= tile_outputs, (k["symbol"], dict(ops))
+            if k["add_to"]:
+                assert ops["UTMAREDG"] > 0, k["symbol"]
+            assert ops["STL"] == 0 and ops["LDL"] == 0, f"{k['symbol']} uses local memory"
+
+
+def test_rebuild_is_a_cache_hit_without_torch_or_quack(built):
+    out = built[0]
+    code = (
+        "import sys, time; from pathlib import Path;"
+        "from coda_spec.build import BuildOptions, build_spec;"
+        f"r = build_spec(Path('specs/f2_deferred_norm.yaml'), BuildOptions(out=Path({str(out)!r})));"
+        "assert r.cached, r;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'quack', 'cutlass')];"
+        "assert not bad, bad; print('ok', r.seconds)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "cache hit" in res.stdout
+
+
+def test_stop_after_lower_keeps_intermediates_and_is_not_complete(tmp_path):
+    res = build_spec("specs/f2_deferred_norm.yaml", BuildOptions(out=tmp_path, stop_after="lower"))
+    assert not res.complete
+    assert (res.directory / "kernel.py").is_file()
+    assert not (res.directory / "manifest.json").exists()
+    assert not (tmp_path / "f2_deferred_norm-latest").exists()
+
+
+def test_killed_build_leaves_nothing_that_looks_complete(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "coda_spec.cli",
+        "build",
+        "specs/f2_deferred_norm.yaml",
+        "-o",
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(
+        p.name.startswith(".tmp-") for p in tmp_path.iterdir()
+    ):
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait()
+    for sub in tmp_path.iterdir():
+        assert sub.name.startswith(".tmp-") or not sub.is_dir(), sub
+        assert not (sub / "manifest.json").exists()
+    removed = prune(tmp_path, {})
+    assert all(p.name.startswith(".tmp-") for p in removed)
+    assert not any(tmp_path.iterdir())
+
+
+def test_two_concurrent_builds_of_one_spec_are_safe(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "coda_spec.cli",
+        "build",
+        "specs/f8_scale.yaml",
+        "-o",
+        str(tmp_path),
+        "-j",
+        "1",
+    ]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate()[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    dirs = [d for d in tmp_path.iterdir() if d.is_dir() and not d.is_symlink()]
+    assert len(dirs) == 1 and (dirs[0] / "manifest.json").is_file()
+    assert (tmp_path / "f8_scale-latest" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "config,fragment",
+    [
+        ("128x256,pingpong", "pingpong at tile_M=128 needs tile_N <= 208"),
+        ("100x256", "cooperative needs tile_M"),
+        ("128x256,cluster=4x2", "cluster size"),
+    ],
+)
+def test_unsupported_config_is_refused_with_exit_2(tmp_path, config, fragment):
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coda_spec.cli",
+            "build",
+            "specs/f2_deferred_norm.yaml",
+            "-o",
+            str(tmp_path),
+            "--config",
+            config,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert fragment in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_runtime_imports_neither_cutlass_nor_quack():
+    code = (
+        "import sys, coda_spec, coda_spec.runtime;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('quack', 'cutlass')];"
+        "assert not bad, bad"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=dict(os.environ)
+    )
+    assert res.returncode == 0, res.stderr
