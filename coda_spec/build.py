@@ -55,13 +55,16 @@ class BuildResult:
     seconds: float
 
 
-def build_hash(checked, config: BuildConfig) -> str:
+def build_hash(checked, config: BuildConfig, lowered) -> str:
+    """Content address: the spec, the generated source (a change in coda's lowering is a new
+    build), the config, the tool versions and the artifact format."""
     from coda_spec.lower.module import tool_versions
 
     blob = json.dumps(
         {
             "spec": checked.spec.digest,
             "config": config.key(),
+            "kernel.py": lowered.source,
             "tools": tool_versions(),
             "format": artifact.FORMAT_VERSION,
         },
@@ -89,7 +92,10 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     problems = opts.config.problems()
     if problems:
         raise SpecError([Diagnostic(str(path), 0, 0, "--config", p) for p in problems])
-    final = opts.out / f"{name}-{build_hash(checked, opts.config)}"
+    from coda_spec.lower.module import lower_spec
+
+    lowered = lower_spec(checked, opts.config)  # pure text, fast: part of the content address
+    final = opts.out / f"{name}-{build_hash(checked, opts.config, lowered)}"
     if not opts.force and (final / artifact.MANIFEST).is_file():
         _point_latest(opts.out, name, final)
         elapsed = time.perf_counter() - start
@@ -101,7 +107,7 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     tmp.mkdir()
     try:
         with open(tmp / "build.log", "w") as log:
-            complete = _run_stages(path, checked, tmp, opts, log)
+            complete = _run_stages(path, checked, lowered, tmp, opts, log)
         _publish(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -114,13 +120,11 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     return BuildResult(name, final, False, complete, elapsed)
 
 
-def _run_stages(path, checked, tmp: Path, opts: BuildOptions, log) -> bool:
+def _run_stages(path, checked, lowered, tmp: Path, opts: BuildOptions, log) -> bool:
     from coda_spec.ir import to_data
-    from coda_spec.lower.module import lower_spec
 
     (tmp / "spec.yaml").write_text(checked.source.text)
     (tmp / "spec.normalized.json").write_text(json.dumps(to_data(checked.spec), indent=1) + "\n")
-    lowered = lower_spec(checked, opts.config)
     (tmp / "kernel.py").write_text(lowered.source)
     meta = lowered_json(checked, lowered, opts.config)
     (tmp / "lowered.json").write_text(json.dumps(meta, indent=1) + "\n")

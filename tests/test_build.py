@@ -133,7 +133,8 @@ def test_rebuild_is_a_cache_hit_without_torch_or_quack(built):
     code = (
         "import sys, time; from pathlib import Path;"
         "from coda_spec.build import BuildOptions, build_spec;"
-        f"r = build_spec(Path('specs/f2_deferred_norm.yaml'), BuildOptions(out=Path({str(out)!r})));"
+        "r = build_spec(Path('specs/f2_deferred_norm.yaml'),"
+        f" BuildOptions(out=Path({str(out)!r})));"
         "assert r.cached, r;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'quack', 'cutlass')];"
         "assert not bad, bad; print('ok', r.seconds)"

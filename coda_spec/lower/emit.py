@@ -240,18 +240,25 @@ def _fail(problems):
     raise SpecError(problems)
 
 
+def _mapping(key: str, items: dict) -> str:
+    """``key={...}`` on one line, or one entry per line when that is long (readability)."""
+    entries = [f'"{k}": {v}' for k, v in items.items()]
+    one = f"{key}={{{', '.join(entries)}}}"
+    if len(one) <= 90:
+        return one
+    return f"{key}={{\n" + "".join(f"        {e},\n" for e in entries) + "    }"
+
+
 def _finish(lc: LowerCtx, step, config) -> LoweredKernel:
     ret = ", ".join(f'"{k}": {v}' for k, v in lc.returns.items())
     lc.line(f"return {{{ret}}}")
-    args = []
-    ops = ", ".join(f'"{k}": {v}' for k, v in lc.params.items())
-    args.append(f"ops={{{ops}}}")
+    args = [_mapping("ops", lc.params)]
     if lc.outputs:
         args.append("outputs=(" + ", ".join(lc.outputs) + ",)")
     if lc.reduces:
-        args.append("reduces={" + ", ".join(f'"{k}": {v}' for k, v in lc.reduces.items()) + "}")
+        args.append(_mapping("reduces", lc.reduces))
     if lc.outs:
-        args.append("outs={" + ", ".join(f'"{k}": {v}' for k, v in lc.outs.items()) + "}")
+        args.append(_mapping("outs", lc.outs))
     if lc.extra:
         args.append("extra_ops=(" + ", ".join(lc.extra) + ",)")
     if lc.mode != "plain":
