@@ -109,6 +109,11 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
         with open(tmp / "build.log", "w") as log:
             complete = _run_stages(path, checked, lowered, tmp, opts, log)
         _publish(tmp, final)
+    except (SpecError, ToolError):
+        failed = opts.out / f"{final.name}.failed"  # keep the full logs of a failed build
+        shutil.rmtree(failed, ignore_errors=True)
+        os.rename(tmp, failed)
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -194,7 +199,7 @@ def compile_kernels(path, checked, tmp: Path, symbols, opts: BuildOptions, log) 
                 _say(f"{path}: {line}", log)
     failed = [s for s in symbols if (tmp / f"{s}.error.txt").exists()]
     if failed:
-        raise SpecError([_compile_diag(checked, tmp, s) for s in failed])
+        raise SpecError([_compile_diag(checked, tmp, s, opts.out) for s in failed])
     missing = [s for s in symbols if not (tmp / f"{s}.compiled.json").exists()]
     if missing:
         raise ToolError(
@@ -203,7 +208,7 @@ def compile_kernels(path, checked, tmp: Path, symbols, opts: BuildOptions, log) 
     return [json.loads((tmp / f"{s}.compiled.json").read_text()) for s in symbols]
 
 
-def _compile_diag(checked, tmp: Path, symbol: str) -> Diagnostic:
+def _compile_diag(checked, tmp: Path, symbol: str, out: Path) -> Diagnostic:
     """Map a compile failure to the kernel (and, when the traceback names a generated line,
     to the spec line whose comment sits above it)."""
     tb = (tmp / f"{symbol}.error.txt").read_text()
@@ -226,8 +231,13 @@ def _compile_diag(checked, tmp: Path, symbol: str) -> Diagnostic:
         col,
         step.name,
         f"CuTe DSL/QuACK could not compile kernel '{step.name}': {last}",
-        f"full log: {tmp.name}/{symbol}.error.txt (kept in the build log)",
+        f"full log: {out / _failed_name(tmp)}/{symbol}.error.txt",
     )
+
+
+def _failed_name(tmp: Path) -> str:
+    """``.tmp-<dir>-<pid>`` -> ``<dir>.failed`` (where a failed build's logs are kept)."""
+    return tmp.name[len(".tmp-") :].rsplit("-", 1)[0] + ".failed"
 
 
 def _kernels(checked):
@@ -293,7 +303,8 @@ def prune(out: Path, keep: dict) -> list[Path]:
         if not d.is_dir() or d.is_symlink():
             continue
         name, _, h = d.name.rpartition("-")
-        if name in keep and d.name != keep[name].name and len(h) == 12:
+        stale = len(h) == 12 or (h.endswith(".failed") and len(h) == 19)
+        if name in keep and d.name != keep[name].name and stale:
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed

@@ -242,3 +242,53 @@ def test_runtime_imports_neither_cutlass_nor_quack():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=dict(os.environ)
     )
     assert res.returncode == 0, res.stderr
+
+
+def test_config_a_primitive_cannot_support_is_refused_at_its_line(tmp_path):
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coda_spec.cli",
+            "build",
+            "specs/f6_swiglu.yaml",
+            "-o",
+            str(tmp_path),
+            "--config",
+            "128x144",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2
+    assert res.stderr.startswith(
+        "specs/f6_swiglu.yaml:19:9: error: steps[0].epilogue[1]: "
+        "cannot lower 'swiglu': a half-width (gated) output needs "
+        "tile_N divisible by 32, not 144"
+    )
+    assert not any(tmp_path.iterdir()), "nothing is written for a refused config"
+
+
+def test_compile_failure_is_mapped_to_the_spec_line_of_the_generated_statement(tmp_path):
+    from coda_spec.build import _compile_diag
+    from coda_spec.config import BuildConfig
+    from coda_spec.lower.module import lower_spec
+
+    checked = check_file("specs/rmsnorm_chain.yaml")
+    source = lower_spec(checked, BuildConfig()).source
+    work = tmp_path / ".tmp-rmsnorm_chain-0123456789ab-42"
+    work.mkdir()
+    (work / "kernel.py").write_text(source)
+    target = next(
+        i for i, ln in enumerate(source.splitlines(), 1) if ln.strip() == "h = x1 * gamma"
+    )
+    (work / "coda_out_proj.error.txt").write_text(
+        "Traceback (most recent call last):\n"
+        f'  File "{work}/kernel.py", line {target}, in coda_out_proj\n'
+        "    h = x1 * gamma\nValueError: something the DSL did not like\n"
+    )
+    d = _compile_diag(checked, work, "coda_out_proj", tmp_path)
+    assert (d.line, d.path) == (20, "out_proj")  # rmsnorm_chain.yaml:20 is the mul item
+    assert "ValueError: something the DSL did not like" in d.message
+    assert "rmsnorm_chain-0123456789ab.failed/coda_out_proj.error.txt" in d.hint
