@@ -214,13 +214,15 @@ class Chain:
             if x.dtype != torch.float32:
                 raise CodaRuntimeError(f"{self.name}: scalar '{t}' must be fp32")
             return x.data_ptr()
+        if role == "group_stat":  # a GroupStat's group width: baked in at compile time
+            return None
         shape = eval_shape(f["shape"], sizes)
         dtype = TORCH_DTYPES[f["dtype"]]
         if role == "select":
             buf = torch.zeros(shape, dtype=dtype, device=dev)  # ignored rows stay 0
         else:
             buf = torch.empty(shape, dtype=dtype, device=dev)
-        if role in ("colred", "rowred"):
+        if role in ("colred", "rowred", "group_out"):
             partials[t] = (role, f["fold"])
         made[t] = buf
         return buf
@@ -231,6 +233,8 @@ class Chain:
         axis = 1 if role == "colred" else 0
         if role == "exact":  # a host step's reduction: already complete
             x = buf.reshape(-1) if 1 in buf.shape else buf
+        elif role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
+            x = buf.reshape(-1) if buf.shape[1] == 1 else buf
         elif fold == "sum":
             x = buf.sum(dim=axis)
         elif fold == "max":

@@ -81,7 +81,7 @@ def _epilogue_names(step) -> set:
             names.add(op.get(op.prim) if op.prim != "gather_col" else op.get("index"))
         elif op.prim == "store":
             names.add(op.get("to"))
-        elif op.prim.startswith("reduce_"):
+        elif op.prim.startswith("reduce_") or op.prim == "prepass":
             names.update(op.results)
     return names
 

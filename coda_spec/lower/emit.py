@@ -14,6 +14,14 @@ Contract with QuACK 0.6.5 (``quack/epilogue/frontend.py`` is the authority)
   ``scaled=True`` folds a product with one FMA), ``OnlineLSEReduce`` (per-tile LSE),
   ``ColVecSelect`` (per-row gather; rows whose index is out of range are never written).
 * ``add_to_output`` is a ``.gemm()`` argument with ``C=None``, so only D can accumulate.
+* Prepass (``prepass=fn2, prepass_outs=(names,)``): ``fn2(acc, <operands>)`` runs per element
+  over the RAW accumulator before the epilogue and feeds per-(row, group) statistics
+  (``GroupStat``, coda's ``GroupedColStatsBase``; ``coda_spec.lower.quack_ops``). fn2 sees only
+  ``acc`` and operands the main fn also declares, so any value a statistic reads is re-computed
+  in fn2 from its definition slice (:meth:`LowerCtx.prepass_value`). The main fn receives the
+  finalized statistic as a value operand (a ``Pair`` with equal lanes in ``acc_pair`` mode);
+  ``op.out(name)`` in ``extra_ops`` writes it to an (M, N / group) fp32 buffer. Not with packed
+  C (``packed_cd_b16x2``), which QuACK 0.6.5 refuses.
 
 Each primitive's ``lower(lc, op)`` emits text through :class:`LowerCtx` and declares the
 resources it needs; nothing here imports quack, cutlass or torch.
@@ -43,7 +51,10 @@ class Field:
 
     name: str  # the QuACK op name (= the EpilogueArguments field)
     tensor: str  # chain tensor
-    role: str  # tile | row | col | scalar | index | aux | colred | rowred | lse | select
+    # tile | row | col | scalar | index | aux | colred | rowred | lse | select
+    # | group_stat (a GroupStat op: the int group width, shape (group,), baked in at compile
+    #   time; None at run time) | group_out (its finalized per-(row, group) values, complete)
+    role: str
     shape: tuple  # buffer shape passed to the kernel (ints and dynamic dim names)
     dtype: str
     transform: str = ""  # runtime view/conversion: "" | "turns_table" | "to_fp32"
@@ -106,6 +117,11 @@ class LowerCtx:
     c: tuple | None = None
     add_to: str | None = None
     tmp_count: int = 0
+    prims: dict = field(default_factory=dict)  # the primitive registry (prepass re-lowering)
+    producers: dict = field(default_factory=dict)  # value name -> (item index, op)
+    pre: LowerCtx | None = None  # the prepass fn's context (plain mode), created on first use
+    pre_done: set = field(default_factory=set)  # item indexes already re-lowered into `pre`
+    pre_outs: dict = field(default_factory=dict)  # prepass_outs name -> fn2 return expr
 
     # -- names -------------------------------------------------------------------------------
     @staticmethod
@@ -178,6 +194,97 @@ class LowerCtx:
     def n_tiles(self, extent, tile) -> object:
         return -(-extent // tile) if isinstance(extent, int) else f"cdiv({extent},{tile})"
 
+    def fold(self, expr):
+        """A dim expression (``head_dim``, ``3*D``) as an int, or its text if a dim is dynamic."""
+        from coda_spec import dims
+
+        sizes = {d.name: d.size for d in self.analysis.spec.dims if d.size is not None}
+        return dims.fold(expr, sizes)
+
+    # -- the prepass fn (QuACK's fn2) --------------------------------------------------------
+    def prepass_value(self, raw) -> _Val:
+        """``raw`` as a value of the prepass fn, re-emitting its definition slice there.
+
+        QuACK's prepass fn sees only the raw accumulator and declared operands, so "any transform
+        the statistics must see is explicit duplicate math in fn2": the items ``raw`` depends on
+        (transitively, back to ``acc`` and loads) are lowered a second time, in order, into the
+        prepass context, a ``plain`` (one element per call) :class:`LowerCtx` whose body becomes
+        fn2 and whose loads become fn2's parameters (also operands of the main fn, as QuACK
+        requires). Only loads and elementwise items can be re-emitted; anything else (pairs,
+        reductions, another statistic) is refused naming the item.
+        """
+        if self.pre is None:
+            self.pre = LowerCtx(
+                self.analysis,
+                self.step,
+                self.src_lines,
+                "plain",
+                self.rows,
+                self.width,
+                self.k,
+                self.tile,
+                self.file,
+                prims=self.prims,
+            )
+            self.pre.env["acc"] = _Val("acc", "s")
+        pre = self.pre
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return pre.v(raw)
+        slice_ = {}
+        self._slice(raw, slice_)
+        for idx in sorted(slice_):
+            if idx in self.pre_done:
+                continue
+            op = slice_[idx]
+            pre.comment(op)
+            try:
+                self.prims[op.prim].lower(pre, op)
+            except LowerError as e:
+                raise LowerError(
+                    f"re-computing '{op.results[0]}' (line {op.loc.line}) in the prepass: "
+                    f"{e.message}",
+                    hint=e.hint,
+                ) from None
+            self.pre_done.add(idx)
+        for f in pre.fields:  # loads the slice re-emitted are operands of the main fn too
+            if f.name not in self.params:
+                self.params[f.name] = pre.params[f.name]
+                self.fields.append(f)
+        return pre.vs(raw)
+
+    def _slice(self, raw, out: dict):
+        if not isinstance(raw, str) or raw == "acc" or raw in (self.pre.env if self.pre else {}):
+            return
+        idx, op = self.producers[raw]
+        if idx in out:
+            return
+        p = self.prims[op.prim]
+        if op.prim == "prepass":
+            raise LowerError(
+                f"'{raw}' is itself a prepass statistic (line {op.loc.line}); QuACK runs one "
+                "prepass over the raw accumulator, so a statistic cannot read another",
+                hint="compute the second statistic in a later kernel or a host step",
+            )
+        if p.family != "elementwise" and op.prim not in PREPASS_LOADS:
+            raise LowerError(
+                f"a statistic's input is re-computed from the raw accumulator in the prepass, "
+                f"and '{raw}' comes from '{op.prim}' (line {op.loc.line}), which cannot run "
+                "there (only loads and elementwise items can)",
+                hint="compute the statistic from acc, loads and elementwise items only",
+            )
+        out[idx] = op
+        for key in p.operands:
+            arg = op.get(key)
+            for x in arg if isinstance(arg, list) else [arg]:
+                self._slice(x, out)
+
+    def prepass_out(self, name: str, expr: str):
+        """Make the prepass fn return ``expr`` (a statistic's per-element input) as ``name``."""
+        self.pre_outs[name] = expr
+
+
+PREPASS_LOADS = ("load_col", "load_row", "load_scalar", "load_tile")
+
 
 def forms_join(*vals) -> str:
     return "p" if any(v.form == "p" for v in vals) else "s"
@@ -196,10 +303,11 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
         info.k,
         (config.tile_m, config.tile_n),
         file,
+        prims=prims,
     )
     lc.env["acc"] = _Val("acc", "p" if mode == "acc_pair" else "s")
     problems = []
-    for op in step.epilogue:
+    for idx, op in enumerate(step.epilogue):
         p = prims[op.prim]
         reason = p.supports(config, op)
         if reason is None and p.lower is None:
@@ -213,6 +321,8 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
         except LowerError as e:
             problems.append(_diag(file, op, f"cannot lower '{op.prim}': {e.message}", e.hint))
             return _fail(problems)
+        for r in op.results:
+            lc.producers[r] = (idx, op)
     if problems:
         return _fail(problems)
     for name in lc.selects:
@@ -249,6 +359,20 @@ def _mapping(key: str, items: dict) -> str:
     return f"{key}={{\n" + "".join(f"        {e},\n" for e in entries) + "    }"
 
 
+def _prepass_fn(lc: LowerCtx, step, fn2: str) -> str:
+    """The prepass fn's source (a module-level global of the kernel, above its decorator)."""
+    ret = ", ".join(f'"{k}": {v}' for k, v in lc.pre_outs.items())
+    lines = [
+        f"def {fn2}({', '.join(['acc', *lc.pre.params])}):",
+        f"    # {lc.file}:{step.loc.line}: prepass of kernel '{step.name}' (QuACK runs it first,",
+        "    # per element of the raw accumulator): the inputs of its per-(row, group) statistics;",
+        "    # the values they read are re-computed here from acc and the kernel's loads",
+        *lc.pre.body,
+        f"    return {{{ret}}}",
+    ]
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
 def _finish(lc: LowerCtx, step, config) -> LoweredKernel:
     ret = ", ".join(f'"{k}": {v}' for k, v in lc.returns.items())
     lc.line(f"return {{{ret}}}")
@@ -261,6 +385,11 @@ def _finish(lc: LowerCtx, step, config) -> LoweredKernel:
         args.append(_mapping("outs", lc.outs))
     if lc.extra:
         args.append("extra_ops=(" + ", ".join(lc.extra) + ",)")
+    if lc.pre_outs:
+        fn2 = f"coda_{step.name}_prepass"
+        lc.globals.append(_prepass_fn(lc, step, fn2))
+        args.append(f"prepass={fn2}")
+        args.append("prepass_outs=(" + ", ".join(f'"{k}"' for k in lc.pre_outs) + ",)")
     if lc.mode != "plain":
         args.append(f'mode="{lc.mode}"')
     deco = "@gemm_epilogue(\n" + "".join(f"    {a},\n" for a in args) + ")"

@@ -3,7 +3,8 @@
 ``kernel.py`` is a real, importable Python file: CuTe DSL traces real source. It carries a
 "generated from" banner (spec path, spec hash, tool versions) and, above each statement, a
 comment naming the spec line it came from, so a compiler error or a profile points back into the
-YAML. Helpers shared by the generated functions live in its preamble.
+YAML. Helpers shared by the generated functions live in its preamble, which also imports coda's
+own QuACK ops (``coda_spec.lower.quack_ops``; only generated modules import that package).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from quack.epilogue.ops import (
     TileLoad,
     TileStore,
 )
+
+from coda_spec.lower.quack_ops import GroupStat
 
 _cm = cute.math
 

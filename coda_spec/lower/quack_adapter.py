@@ -1,6 +1,8 @@
 """The QuACK/CuTe-DSL adapter: GPU-blind compile of generated epilogues and export to objects.
 
-This is the ONLY module of coda that imports quack or cutlass. It runs as a worker process::
+This is the only module of coda's own code path that imports quack or cutlass (coda's QuACK ops
+in ``coda_spec.lower.quack_ops`` are imported by the generated ``kernel.py`` it loads). It runs as
+a worker process::
 
     python -m coda_spec.lower.quack_adapter BUILD_DIR SYMBOL [SYMBOL ...]
 
@@ -90,6 +92,10 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
         if f["role"] == "scalar":
             epi[f["name"]] = 1.0
             overrides[f["name"]] = ("pointer", cutlass.Float32)
+        elif f["role"] == "group_stat":
+            # A GroupStat's host arg: the group width as a plain int, a constexpr baked into
+            # the kernel (the exported function takes None in this slot at run time).
+            epi[f["name"]] = int(f["shape"][0])
         else:
             epi[f["name"]] = _empty(f["shape"], f["dtype"], sizes)
     fn = getattr(mod, k["symbol"])

@@ -1,4 +1,4 @@
-"""Shared math for reductions (reduce_row, reduce_col, prepass)."""
+"""Shared math for reductions (reduce_row, reduce_col, prepass) and their QuACK lowering."""
 
 from __future__ import annotations
 
@@ -92,16 +92,100 @@ PARTIAL_FOLD = {
 }
 
 
+# The per-element input a GroupStat folds, from the statistic's operand(s) ({x}, or {a} and {b}).
+STAT_INPUT = {
+    "sum": "{x}",
+    "mean": "{x}",
+    "sumsq": "{x} * {x}",
+    "meansq": "{x} * {x}",
+    "dot": "{a} * {b}",
+    "max": "{x}",
+    "absmax": "_cm.abs({x})",
+}
+
+
+def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int]:
+    """Declare a per-(row, group) statistic folded in the kernel's prepass (QuACK's acc prepass
+    with coda's ``GroupStat``): its input is computed in the prepass fn from ``op``'s ``of``
+    (re-emitting the values it reads there), and the main fn gets a parameter ``name`` carrying
+    the finalized statistic. Returns (parameter, module-level op object, group width)."""
+    from coda_spec.lower.emit import Field
+
+    if lc.mode == "packed_cd_b16x2":
+        raise lc.error(
+            "per-(row, group) statistics run in QuACK's accumulator prepass, which QuACK 0.6.5 "
+            "does not support with a packed C operand ('prepass + packed C: not supported')",
+            "compute the statistic in a separate kernel or a host step",
+        )
+    group = op.get("group")
+    g = lc.fold(group) if group is not None else lc.width
+    if not isinstance(g, int) or not isinstance(lc.width, int):
+        raise lc.error("a per-group statistic needs a static group width and GEMM N")
+    if lc.width % g or lc.tile[1] % g:
+        raise lc.error(
+            f"group {g} must divide GEMM N {lc.width} and tile_N {lc.tile[1]} (the prepass "
+            "folds whole groups inside one CTA tile)",
+            f"use a tile_N that is a multiple of {g}",
+        )
+    if name in lc.params:
+        raise lc.error(f"'{name}' is already an operand of this kernel")
+    of = op.get("of")
+    if kind == "dot":
+        a, b = (lc.prepass_value(x).expr for x in of)
+        expr = STAT_INPUT[kind].format(a=a, b=b)
+    else:
+        expr = STAT_INPUT[kind].format(x=lc.prepass_value(of).expr)
+    pre = lc.pre
+    pre.comment(op)
+    local = f"{name}_in"
+    if local in pre.params or any(v.expr == local for v in pre.env.values()):
+        local = pre.tmp(local)
+    pre.line(f"{local} = {expr}")
+    lc.prepass_out(name, local)
+    combine = "max" if kind in ("max", "absmax") else "add"
+    args = [f'"{name}"']
+    if combine != "add":
+        args.append(f'combine="{combine}"')
+    if kind in ("mean", "meansq"):
+        args.append("mean=True")
+    glob = f"_gs_{lc.step.name}_{name}"
+    what = {"absmax": "|x|", "dot": "a * b"}.get(kind, "x * x" if kind.endswith("sq") else "x")
+    word = {"add": "mean" if kind.startswith("mean") else "sum", "max": "max"}[combine]
+    lc.globals.append(
+        f"{glob} = GroupStat({', '.join(args)})  # per (row, {g} columns): {word} of {what}"
+    )
+    lc.params[name] = glob
+    lc.add_field(Field(name, tensor, "group_stat", (g,), "int32"))
+    return name, glob, g
+
+
+def grouped_reduce_lower(lc, op, kind: str):
+    """reduce_row with ``group``: a prepass GroupStat whose ``.out`` writes the complete
+    (M, N / group) statistic (no per-tile partials: groups never straddle tiles)."""
+    from coda_spec.lower.emit import Field
+
+    name = op.results[0]
+    field = lc.ident(name)
+    stat = f"{field}_stat"  # the GroupStat's fn parameter: a name no tensor or value uses
+    taken = {t.name for t in lc.analysis.tensors} | set(lc.params) | set(lc.env)
+    while stat in taken or any(v.expr == stat for v in lc.env.values()):
+        stat += "_"
+    param, glob, g = group_stat(lc, op, kind, stat, name)
+    lc.extra.append(f'{glob}.out("{field}")')
+    shape = (lc.rows, lc.width // g)
+    lc.add_field(Field(field, name, "group_out", shape, "fp32", fold=PARTIAL_FOLD[kind]))
+    lc.line(f'# ({param}: unused here; .out("{field}") writes its {kind} per (row, {g} columns))')
+
+
 def reduce_lower(lc, op, axis: str):
     """Lower reduce_row (axis "row": one value per row, QuACK ColVecReduce) or reduce_col."""
     from coda_spec.lower.emit import Field
 
     kind = op.get(op.prim)
     if op.get("group") is not None:
-        raise lc.error(
-            "grouped (per-head) reductions are not lowered yet",
-            "compute per-head statistics in a host step or without group",
-        )
+        if axis != "row":
+            raise lc.error("grouped column reductions are not lowered")
+        return grouped_reduce_lower(lc, op, kind)
     of = op.get("of")
     vals = [lc.vs(x) for x in of] if isinstance(of, list) else [lc.vs(of)]
     name = op.results[0]

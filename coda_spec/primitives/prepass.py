@@ -8,7 +8,7 @@ config rule is checked by ``supports()`` at build time. The result is a ``group`
 per (row, group), broadcast over the group's columns.
 """
 
-from coda_spec.primitives._reduce import SIBLING, grouped
+from coda_spec.primitives._reduce import SIBLING, group_stat, grouped
 from coda_spec.primitives.base import (
     DIM_REF,
     STATEFUL,
@@ -42,6 +42,23 @@ def _reference(rt, op, ins, tensors):
     return (stat.repeat_interleave(g, dim=1),)
 
 
+def _lower(lc, op):
+    """QuACK's accumulator prepass with coda's ``GroupStat`` (``coda_spec.lower.quack_ops``): the
+    prepass fn returns the statistic's per-element input (``x``, ``x * x`` or ``|x|``), re-computing
+    ``of`` there from ``acc`` and loads when it is not ``acc`` itself; QuACK folds it per (row,
+    group) deterministically and hands the finalized statistic (a mean divides by ``group``) to
+    the epilogue fn as an operand. In ``acc_pair`` mode that operand is a ``Pair`` whose lanes are
+    equal when ``group`` is even (a column pair never straddles a group), so later math uses lane
+    ``a`` only."""
+    name = op.results[0]
+    param, _, g = group_stat(lc, op, op.get("prepass"), lc.ident(name), name)
+    if lc.mode == "acc_pair" and g % 2 == 0:
+        lc.line(f"# ({param} arrives as a Pair of equal lanes: a column pair lies in one group)")
+        lc.env[name] = lc.val(f"{param}.a", "s")
+    else:
+        lc.env[name] = lc.val(param, "p" if lc.mode == "acc_pair" else "s")
+
+
 def _supports(config, op):
     group = op.get("group")
     if group is not None and config.tile_n % config.fold(group):
@@ -65,4 +82,5 @@ PRIMITIVE = Primitive(
     reference=_reference,
     mutants=lambda op: (op.with_arg("prepass", SIBLING[op.get("prepass")]),),
     supports=_supports,
+    lower=_lower,
 )

@@ -3,15 +3,26 @@
 # Tools: quack-kernels 0.6.5, nvidia-cutlass-dsl 4.8.1, apache-tvm-ffi 0.1.15.post2
 """Epilogues of chain 'b2_dgrad_dswiglu' for QuACK's sm90 GEMM (see lowered.json)."""
 
+
 import cutlass
 import cutlass.cute as cute
 import quack.activation as _qa
+import quack.epilogue.rotary as _rot
 from quack.epilogue.frontend import gemm_epilogue, pack, unpack
 from quack.epilogue.math import Pair
 from quack.epilogue.ops import (
+    ColVecLoad,
     ColVecReduce,
+    ColVecSelect,
+    OnlineLSEReduce,
+    RowVecLoad,
+    RowVecReduce,
+    Scalar,
+    TileLoad,
     TileStore,
 )
+
+from coda_spec.lower.quack_ops import GroupStat
 
 _cm = cute.math
 
@@ -71,8 +82,4 @@ def coda_dgrad_dswiglu(acc, c):
     # specs/b2_dgrad_dswiglu.yaml:22: - {store: dz}
     # specs/b2_dgrad_dswiglu.yaml:23: - {store: h}                            # A operand of the weight gradient dW_down = dY^T h
     # specs/b2_dgrad_dswiglu.yaml:24: - {reduce_row: dot, of: [z, dz], as: zdz_part}   # per N-tile partials of sum_k z_k dz_k
-    return {
-        "D": dz,
-        "h": h,
-        "zdz_part": Pair._lift(z)[0] * Pair._lift(dz)[0] + Pair._lift(z)[1] * Pair._lift(dz)[1],
-    }
+    return {"D": dz, "h": h, "zdz_part": Pair._lift(z)[0] * Pair._lift(dz)[0] + Pair._lift(z)[1] * Pair._lift(dz)[1]}

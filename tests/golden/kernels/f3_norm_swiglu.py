@@ -3,15 +3,26 @@
 # Tools: quack-kernels 0.6.5, nvidia-cutlass-dsl 4.8.1, apache-tvm-ffi 0.1.15.post2
 """Epilogues of chain 'f3_norm_swiglu' for QuACK's sm90 GEMM (see lowered.json)."""
 
+
 import cutlass
 import cutlass.cute as cute
 import quack.activation as _qa
-from quack.epilogue.frontend import gemm_epilogue, unpack
+import quack.epilogue.rotary as _rot
+from quack.epilogue.frontend import gemm_epilogue, pack, unpack
 from quack.epilogue.math import Pair
 from quack.epilogue.ops import (
     ColVecLoad,
+    ColVecReduce,
+    ColVecSelect,
+    OnlineLSEReduce,
+    RowVecLoad,
+    RowVecReduce,
+    Scalar,
+    TileLoad,
     TileStore,
 )
+
+from coda_spec.lower.quack_ops import GroupStat
 
 _cm = cute.math
 

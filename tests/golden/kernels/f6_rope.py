@@ -3,6 +3,7 @@
 # Tools: quack-kernels 0.6.5, nvidia-cutlass-dsl 4.8.1, apache-tvm-ffi 0.1.15.post2
 """Epilogues of chain 'f6_rope' for QuACK's sm90 GEMM (see lowered.json)."""
 
+
 import cutlass
 import cutlass.cute as cute
 import quack.activation as _qa
@@ -11,8 +12,17 @@ from quack.epilogue.frontend import gemm_epilogue, pack, unpack
 from quack.epilogue.math import Pair
 from quack.epilogue.ops import (
     ColVecLoad,
+    ColVecReduce,
+    ColVecSelect,
+    OnlineLSEReduce,
     RowVecLoad,
+    RowVecReduce,
+    Scalar,
+    TileLoad,
+    TileStore,
 )
+
+from coda_spec.lower.quack_ops import GroupStat
 
 _cm = cute.math
 

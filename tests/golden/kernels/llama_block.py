@@ -3,6 +3,7 @@
 # Tools: quack-kernels 0.6.5, nvidia-cutlass-dsl 4.8.1, apache-tvm-ffi 0.1.15.post2
 """Epilogues of chain 'llama_block' for QuACK's sm90 GEMM (see lowered.json)."""
 
+
 import cutlass
 import cutlass.cute as cute
 import quack.activation as _qa
@@ -12,11 +13,16 @@ from quack.epilogue.math import Pair
 from quack.epilogue.ops import (
     ColVecLoad,
     ColVecReduce,
+    ColVecSelect,
+    OnlineLSEReduce,
     RowVecLoad,
     RowVecReduce,
+    Scalar,
     TileLoad,
     TileStore,
 )
+
+from coda_spec.lower.quack_ops import GroupStat
 
 _cm = cute.math
 
@@ -194,12 +200,7 @@ def coda_dgrad_down_dswiglu(acc, c):
     # specs/llama_block.yaml:129: - {store: dz1}
     # specs/llama_block.yaml:130: - {store: act_r}
     # specs/llama_block.yaml:131: - {reduce_row: dot, of: [z1, dz1], as: zdz1_part}
-    return {
-        "D": dz1,
-        "act_r": act_r,
-        "zdz1_part": Pair._lift(z1)[0] * Pair._lift(dz1)[0]
-        + Pair._lift(z1)[1] * Pair._lift(dz1)[1],
-    }
+    return {"D": dz1, "act_r": act_r, "zdz1_part": Pair._lift(z1)[0] * Pair._lift(dz1)[0] + Pair._lift(z1)[1] * Pair._lift(dz1)[1]}
 
 
 # specs/llama_block.yaml:133: kernel 'wgrad_down'
