@@ -200,6 +200,97 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
 
 
 @main.command()
+@click.argument("targets", nargs=-1, required=True)
+@click.option(
+    "-o",
+    "--out",
+    default="build",
+    show_default=True,
+    help="Where a SPEC's latest build is looked up.",
+)
+@click.option("--seed", type=int, default=None, help="Replay a run (default: a fresh seed).")
+@click.option("--dims", "dims_text", default=None, help="One shape case, e.g. M=4096,D=1000.")
+@click.option("--small", is_flag=True, help="Only the small case (M=64).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--junit", "junit_path", default=None, help="Also write a JUnit XML report.")
+@click.option(
+    "--allow-no-gpu",
+    is_flag=True,
+    help="Without a GPU, exit 0 after the reference-side checks (else exit 4).",
+)
+@click.option(
+    "--reference-spec",
+    default=None,
+    hidden=True,
+    help="Test only: check against this spec's math instead of the build's own.",
+)
+def verify(targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, reference_spec):
+    """Check built kernels against the spec's reference math on a CUDA GPU (never compiles).
+
+    TARGETS are build directories or spec files (their latest build under --out). Exit status:
+    0 all pass, 3 numeric failure, 2 invalid spec, 1 tool error, 4 no GPU.
+    """
+    import os as _os
+
+    import torch
+
+    from coda_spec import verify as V
+    from coda_spec.runtime import CodaRuntimeError, load
+
+    if seed is None:
+        seed = int.from_bytes(_os.urandom(4), "little")
+    dims = None
+    if dims_text:
+        try:
+            dims = {k.strip(): int(v) for k, v in (p.split("=") for p in dims_text.split(","))}
+        except ValueError:
+            click.echo(f"error: --dims {dims_text!r}: expected NAME=INT,...", err=True)
+            sys.exit(EXIT_INVALID_SPEC)
+    reports, status = [], EXIT_OK
+    reference = None
+    if reference_spec:
+        from coda_spec.frontend import check_file
+
+        reference = check_file(reference_spec)
+    for t in targets:
+        try:
+            directory = V.resolve(t, Path(out))
+            chain = load(directory)
+            if not torch.cuda.is_available():
+                rep = V.reference_only(chain.checked(), seed)
+                status = max(status, EXIT_OK if allow_no_gpu else V.EXIT_NO_GPU)
+            else:
+                rep = V.verify_chain(chain, seed, dims, small, reference)
+                if not rep.passed:
+                    status = max(status, V.EXIT_NUMERIC)
+        except SpecError as e:
+            for d in e.diagnostics:
+                click.echo(render_text(d, _raw_lines(d.file)), err=True)
+            status = max(status, EXIT_INVALID_SPEC)
+            continue
+        except (ToolError, CodaRuntimeError, FileNotFoundError, ValueError) as e:
+            click.echo(f"{t}: error: {e}", err=True)
+            status = max(status, EXIT_TOOL_FAILURE)
+            continue
+        reports.append(rep)
+        if fmt == "text":
+            click.echo(V.render_table(rep))
+    if fmt == "json":
+        import dataclasses
+
+        click.echo(json.dumps([dataclasses.asdict(r) for r in reports], indent=1, default=str))
+    if junit_path:
+        Path(junit_path).write_text(V.junit(reports))
+    if reports and reports[0].skipped and fmt == "text":
+        click.echo(
+            "NOTE: no CUDA GPU here: kernel numerics were not run"
+            + ("" if allow_no_gpu else " (exit 4; --allow-no-gpu accepts this)"),
+            err=True,
+        )
+    sys.exit(status)
+
+
+@main.command()
 def schema():
     """Print the JSON Schema of spec language v1 (for editors and LLM tools)."""
     from coda_spec.schema import schema_json

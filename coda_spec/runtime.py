@@ -91,12 +91,18 @@ def _turns_table(freqs: torch.Tensor) -> torch.Tensor:
 class Chain:
     """A loaded build. Call it with the chain's inputs as keyword tensors."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, manifest: dict | None = None):
         self.directory = Path(directory).resolve()
-        self.manifest = read_manifest(self.directory)
+        self.manifest = manifest if manifest is not None else read_manifest(self.directory)
         self.name = self.manifest["name"]
         self._module = None
         self._checked = None
+
+    def with_manifest(self, manifest: dict) -> Chain:
+        """The same library under another manifest (verify's re-sized shapes)."""
+        other = Chain(self.directory, manifest)
+        other._module, other._checked = self._module, self._checked
+        return other
 
     # -- validation --------------------------------------------------------------------------
     def bind(self, inputs: dict) -> dict:
@@ -145,9 +151,12 @@ class Chain:
         env = self.run(inputs)
         return {o["name"]: env[o["name"]] for o in self.manifest["outputs"]}
 
-    def run(self, inputs: dict) -> dict:
-        """Run every forward step; return every chain tensor (inputs, outputs, intermediates)."""
+    def run(self, inputs: dict, poison: bool = False) -> dict:
+        """Run every forward step; return every chain tensor (inputs, outputs, intermediates,
+        partial buffers). ``poison`` fills every buffer a kernel writes with NaN first, so a
+        verifier can prove each element and partial slot was written."""
         sizes = self.bind(inputs)
+        self._poison = poison
         env = dict(inputs)
         partials: dict = {}
         for step in self.manifest["steps"]:
@@ -184,7 +193,7 @@ class Chain:
             if step["add_to"]:
                 d = env[step["add_to"]]
             else:
-                d = torch.empty(eval_shape(shape, sizes), dtype=TORCH_DTYPES[dtype], device=dev)
+                d = self._alloc(eval_shape(shape, sizes), TORCH_DTYPES[dtype], dev)
         c = env[step["c"][0]] if step["c"] is not None else None
         made, args = {}, {}
         for f in step["fields"]:
@@ -218,14 +227,19 @@ class Chain:
             return None
         shape = eval_shape(f["shape"], sizes)
         dtype = TORCH_DTYPES[f["dtype"]]
-        if role == "select":
+        if role == "select" and not self._poison:
             buf = torch.zeros(shape, dtype=dtype, device=dev)  # ignored rows stay 0
         else:
-            buf = torch.empty(shape, dtype=dtype, device=dev)
+            buf = self._alloc(shape, dtype, dev)
         if role in ("colred", "rowred", "group_out"):
             partials[t] = (role, f["fold"])
         made[t] = buf
         return buf
+
+    def _alloc(self, shape, dtype, dev):
+        if getattr(self, "_poison", False):
+            return torch.full(shape, float("nan"), dtype=dtype, device=dev)
+        return torch.empty(shape, dtype=dtype, device=dev)
 
     def _finalize(self, step, env, sizes, partials):
         role, fold = partials[step["of"]]

@@ -1,0 +1,383 @@
+"""``coda verify``: prove built kernels right against the spec's own reference math (DESIGN §7).
+
+Protocol, per chain and per shape case (real: M = 16384 at the spec's dims; ragged: M = 1000 and
+static dims nudged off the tile grid; small: M = 64; or ``--dims``):
+
+1. fresh random inputs (``coda_spec.inputs``: never zeros) from a recorded, replayable seed;
+2. every buffer a kernel writes (outputs, aux tiles, fp32 partial buffers) is poisoned with NaN
+   before the launch; ``add_to`` outputs start from the (random) tensor they accumulate into;
+3. the chain runs through ``coda_spec.runtime``; ref = the spec's math in fp64 and ref_lowp =
+   the low-precision pipeline (bf16 matmuls, rounding at every stored tensor), both with
+   ``coda_spec.reference`` on the same GPU and the same inputs;
+4. per output: every element must be written and finite (slots a primitive leaves untouched by
+   design — rows whose index is the tensor's ``ignore_index`` in a gathered output — are
+   declared and excluded); ``max|out - ref| <= 2 * max|ref_lowp - ref| + floor`` with
+   ``floor = 1e-5 * max|ref|`` for fp32 outputs (statistics that ref_lowp does not round) and 0
+   for 16-bit ones; no per-spec loosening. Partial buffers must have every slot written.
+   The relative error ||out - ref|| / ||ref|| is reported (about 1.7e-3 is one bf16 rounding);
+5. ``equivalent_to`` (the unfused math) is evaluated on the same inputs and compared with ref.
+
+Exit codes: 0 all pass, 3 numeric failure, 2 invalid spec, 1 tool error, 4 no CUDA GPU (the
+reference-side checks ran; pass ``--allow-no-gpu`` to accept that). Verify never compiles.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+EXIT_NUMERIC = 3
+EXIT_NO_GPU = 4
+REAL_M, RAGGED_M, SMALL_M = 16384, 1000, 64
+
+
+@dataclass(frozen=True)
+class Check:
+    case: str
+    dims: dict
+    output: str
+    shape: tuple
+    dtype: str
+    max_abs_err: float
+    rel_err: float
+    bound: float
+    unwritten: int
+    passed: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    chain: str
+    build_dir: str
+    seed: int
+    device: str
+    checks: tuple = ()
+    algebra: tuple = ()  # (case, output, rel_err, ok) of equivalent_to vs ref
+    skipped: str = ""
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks) and all(a[3] for a in self.algebra)
+
+
+def ragged_dims(checked, tile_n: int = 256) -> dict:
+    """Static dims nudged off the tile grid (still multiples of 8 and valid for the spec)."""
+    from coda_spec.errors import SpecError
+    from coda_spec.frontend import with_dims
+
+    out = {}
+    for d in checked.spec.dims:
+        if d.size is None or d.size < 2 * tile_n or d.size % tile_n:
+            continue
+        for cand in (d.size - 24, d.size - 128, d.size - 136, d.size - 384):
+            try:
+                with_dims(checked, {**out, d.name: cand})
+            except SpecError:
+                continue
+            out[d.name] = cand
+            break
+    return out
+
+
+def cases(checked, dims: dict | None, only_small: bool = False) -> list[tuple[str, dict]]:
+    dyn = [d.name for d in checked.spec.dims if d.size is None]
+
+    def with_m(m, extra=None):
+        return {**{n: m for n in dyn}, **(extra or {})}
+
+    if dims:
+        return [("dims", {**with_m(REAL_M), **dims})]
+    if only_small:
+        return [("small", with_m(SMALL_M))]
+    return [
+        ("real", with_m(REAL_M)),
+        ("ragged", with_m(RAGGED_M, ragged_dims(checked))),
+        ("small", with_m(SMALL_M)),
+    ]
+
+
+def resized_manifest(chain, checked_case) -> dict:
+    """The manifest with every shape recomputed at other dims (kernels are shape-symbolic)."""
+    from coda_spec.config import BuildConfig
+    from coda_spec.lower.module import lower_spec
+
+    m = dict(chain.manifest)
+    cfg = BuildConfig(**m["config"])
+    lowered = {k.step: k for k in lower_spec(checked_case, cfg).kernels}
+    a = checked_case.analysis
+    spec = checked_case.spec
+    m["dims"] = {d.name: d.size for d in spec.dims}
+    m["inputs"] = [dict(i, shape=list(spec.tensor(i["name"]).shape)) for i in m["inputs"]]
+    m["tensors"] = {t.name: {"shape": list(t.shape), "dtype": t.dtype} for t in a.tensors}
+
+    def fix(step):
+        if step["kind"] != "kernel":
+            return step
+        k = lowered[step["name"]]
+        return dict(step, fields=[asdict(f) for f in k.fields], d=k.d, c=k.c)
+
+    m["steps"] = [fix(s) for s in m["steps"]]
+    m["backward_steps"] = [fix(s) for s in m["backward_steps"]]
+    return m
+
+
+def _untouched(manifest, analysis, out_name, env):
+    """Declared untouched slots: rows of a gathered (ColVecSelect) output whose index is
+    ignored (its ignore_index, or out of range: the kernel writes only in-range rows)."""
+    import torch
+
+    for step in manifest["steps"]:
+        if step["kind"] != "kernel":
+            continue
+        fields = {f["tensor"]: f for f in step["fields"]}
+        f = fields.get(out_name)
+        if f is None or f["role"] != "select":
+            continue
+        index = next(x["tensor"] for x in step["fields"] if x["role"] == "index")
+        idx = env[index].long()
+        n = step["n"] if isinstance(step["n"], int) else None
+        bad = idx < 0
+        if n is not None:
+            bad |= idx >= n
+        return bad
+    return torch.zeros((), dtype=torch.bool)
+
+
+def _compare(case, dims, name, dtype, got, ref, lowp, untouched) -> Check:
+    import torch
+
+    got, ref, lowp = got.double(), ref.double(), lowp.double()
+    if got.shape != ref.shape:
+        return Check(
+            case,
+            dims,
+            name,
+            tuple(got.shape),
+            dtype,
+            float("inf"),
+            float("inf"),
+            0.0,
+            0,
+            False,
+            f"shape {tuple(got.shape)} != reference {tuple(ref.shape)}",
+        )
+    keep = ~untouched.expand_as(got) if untouched.dim() else torch.ones_like(got, dtype=bool)
+    if untouched.dim() and got.dim() == 2:
+        keep = ~untouched.reshape(-1, 1).expand_as(got)
+    unwritten = int((~torch.isfinite(got) & keep).sum())
+    g, r, lo = got[keep], ref[keep], lowp[keep]
+    err = (g - r).abs()
+    max_err = float(err.max()) if err.numel() else 0.0
+    if unwritten:
+        max_err = float("nan")
+    floor = 1e-5 * float(r.abs().max()) if dtype == "fp32" and r.numel() else 0.0
+    bound = 2 * float((lo - r).abs().max() if r.numel() else 0.0) + floor
+    rel = float(err.norm() / r.norm()) if r.numel() and float(r.norm()) else float(err.norm())
+    ok = unwritten == 0 and max_err <= bound
+    note = f"{unwritten} element(s) unwritten or non-finite" if unwritten else ""
+    return Check(
+        case, dims, name, tuple(got.shape), dtype, max_err, rel, bound, unwritten, ok, note
+    )
+
+
+def _partials(manifest, env) -> list[tuple[str, int]]:
+    import torch
+
+    out = []
+    for step in manifest["steps"]:
+        if step["kind"] != "kernel":
+            continue
+        for f in step["fields"]:
+            if f["role"] in ("colred", "rowred", "group_out"):
+                buf = env[f["tensor"]]
+                out.append((f["tensor"], int((~torch.isfinite(buf)).sum())))
+    return out
+
+
+def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=None) -> tuple:
+    """Run one shape case. ``reference``: a checked spec whose math is the reference (the
+    must-fail test checks a mutant's build against the original spec)."""
+    import torch
+
+    from coda_spec.equivalence import check_equivalence
+    from coda_spec.frontend import with_dims
+    from coda_spec.inputs import make_inputs
+    from coda_spec.reference import run
+
+    static = {k: v for k, v in sizes.items() if checked.spec.dim_sizes().get(k) is not None}
+    case_checked = with_dims(checked, static) if static else checked
+    ref_checked = reference or case_checked
+    if reference is not None and static:
+        ref_checked = with_dims(reference, static)
+    manifest = resized_manifest(chain, case_checked) if static else chain.manifest
+    runner = chain.with_manifest(manifest) if static else chain
+    low, exact = make_inputs(case_checked.spec, sizes, seed)
+    dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    inputs = {k: v.to(dev) for k, v in low.items()}
+    env = runner.run({k: v.clone() for k, v in inputs.items()}, poison=True)
+    ref = run(ref_checked.analysis, inputs, "fp64", sizes)
+    lowp = run(ref_checked.analysis, inputs, "lowp", sizes)
+    shown = {k: v for k, v in sizes.items()}
+    checks = []
+    for o in manifest["outputs"]:
+        untouched = _untouched(manifest, case_checked.analysis, o["name"], inputs)
+        checks.append(
+            _compare(
+                case,
+                shown,
+                o["name"],
+                o["dtype"],
+                env[o["name"]],
+                ref[o["name"]],
+                lowp[o["name"]],
+                untouched.to(dev),
+            )
+        )
+    for name, bad in _partials(manifest, env):
+        checks.append(
+            Check(
+                case,
+                shown,
+                f"{name} (partials)",
+                tuple(env[name].shape),
+                "fp32",
+                0.0,
+                0.0,
+                0.0,
+                bad,
+                bad == 0,
+                f"{bad} partial slot(s) unwritten" if bad else "every slot written",
+            )
+        )
+    algebra = []
+    if ref_checked.spec.equivalent_to:
+        drawn = {"inputs": {k: v.to(dev) for k, v in exact.items()}, "grads": {}}
+        for c in check_equivalence(ref_checked, sizes, drawn=drawn):
+            algebra.append((case, c.output, c.rel_err, c.rel_err <= 1e-9))
+    return checks, algebra
+
+
+def verify_chain(
+    chain, seed: int, dims: dict | None = None, only_small: bool = False, reference=None
+) -> Report:
+    import torch
+
+    start = time.perf_counter()
+    checked = chain.checked()
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    checks, algebra = [], []
+    for case, sizes in cases(checked, dims, only_small):
+        c, a = verify_case(chain, checked, case, sizes, seed, reference)
+        checks += c
+        algebra += a
+    return Report(
+        chain.name,
+        str(chain.directory),
+        seed,
+        device,
+        tuple(checks),
+        tuple(algebra),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def reference_only(checked, seed: int) -> Report:
+    """No GPU: the algebra checks at small CPU sizes (the kernels cannot run)."""
+    from coda_spec.equivalence import check_equivalence
+
+    sizes = {d.name: (d.size if d.size is not None else SMALL_M) for d in checked.spec.dims}
+    algebra = []
+    if checked.spec.equivalent_to:
+        for c in check_equivalence(checked, sizes, seed=seed):
+            algebra.append(("reference", c.output, c.rel_err, c.rel_err <= 1e-9))
+    return Report(
+        checked.spec.name,
+        "",
+        seed,
+        "cpu",
+        (),
+        tuple(algebra),
+        skipped="no CUDA GPU: kernel numerics were NOT run",
+    )
+
+
+def with_replaced(report: Report, **kw) -> Report:
+    return replace(report, **kw)
+
+
+def render_table(report: Report) -> str:
+    lines = [
+        f"chain {report.chain}  seed {report.seed}  device {report.device}  "
+        f"({report.seconds:.1f}s)  {report.build_dir}"
+    ]
+    if report.skipped:
+        lines.append(f"  {report.skipped}")
+    if report.checks:
+        lines.append(
+            f"  {'case':<7} {'output':<22} {'shape':<18} {'max_abs_err':>11} "
+            f"{'rel_err':>9} {'bound':>9}  pass"
+        )
+        for c in report.checks:
+            lines.append(
+                f"  {c.case:<7} {c.output:<22} {str(list(c.shape)):<18} "
+                f"{c.max_abs_err:>11.3e} {c.rel_err:>9.2e} {c.bound:>9.2e}  "
+                f"{'yes' if c.passed else 'NO'}{'  ' + c.note if c.note else ''}"
+            )
+    for case, out, rel, ok in report.algebra:
+        lines.append(
+            f"  equivalent_to [{case}] {out}: rel_err {rel:.1e} {'ok' if ok else 'MISMATCH'}"
+        )
+    verdict = "FAIL" if not report.passed else ("REFERENCE ONLY" if report.skipped else "PASS")
+    lines.append(f"  => {verdict}")
+    return "\n".join(lines)
+
+
+def junit(reports: list[Report]) -> str:
+    from xml.sax.saxutils import quoteattr
+
+    cases_xml, failures = [], 0
+    for r in reports:
+        for c in r.checks:
+            name = quoteattr(f"{r.chain}.{c.case}.{c.output}")
+            body = ""
+            if not c.passed:
+                failures += 1
+                msg = quoteattr(f"max_abs_err {c.max_abs_err:.3e} > bound {c.bound:.3e} {c.note}")
+                body = f"<failure message={msg}/>"
+            cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
+        if r.skipped:
+            cases_xml.append(
+                f'  <testcase classname="coda.verify" name={quoteattr(r.chain)}>'
+                f"<skipped message={quoteattr(r.skipped)}/></testcase>"
+            )
+    return (
+        f'<?xml version="1.0"?>\n<testsuite name="coda verify" tests="{len(cases_xml)}" '
+        f'failures="{failures}">\n' + "\n".join(cases_xml) + "\n</testsuite>\n"
+    )
+
+
+def resolve(target: str, out: Path = Path("build")) -> Path:
+    """A build directory, or a spec file -> its latest existing build (never compiles)."""
+    p = Path(target)
+    if p.is_dir() and (p / "manifest.json").is_file():
+        return p
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        from coda_spec.frontend import check_file
+
+        name = check_file(p).spec.name
+        latest = out / f"{name}-latest"
+        if (latest / "manifest.json").is_file():
+            return latest
+        from coda_spec.errors import ToolError
+
+        raise ToolError(
+            f"{target}: no build of '{name}' under {out}/; run coda build first "
+            "(verify never compiles)"
+        )
+    from coda_spec.errors import ToolError
+
+    raise ToolError(f"{target}: not a build directory (no manifest.json) nor a spec file")

@@ -1,0 +1,48 @@
+"""``coda verify`` on real kernels (marker ``gpu``), including the must-fail test: a mutant
+spec's build checked against the original spec's reference must fail (exit 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.gpu
+
+
+def _verify(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "coda_spec.cli", "verify", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.skipif(
+    not (ROOT / "build" / "rmsnorm_chain-latest").exists(),
+    reason="build specs/rmsnorm_chain.yaml first",
+)
+def test_verify_passes_on_a_correct_build():
+    res = _verify("build/rmsnorm_chain-latest", "--seed", "1", "--small")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.skipif(
+    not (ROOT / "build" / "rmsnorm_chain_mutant-latest").exists(),
+    reason="build tests/gpu/mutant_rmsnorm_chain.yaml first",
+)
+def test_mutant_build_fails_against_the_original_reference():
+    res = _verify(
+        "build/rmsnorm_chain_mutant-latest",
+        "--seed",
+        "1",
+        "--small",
+        "--reference-spec",
+        "specs/rmsnorm_chain.yaml",
+    )
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "NO" in res.stdout
