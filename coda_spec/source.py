@@ -272,6 +272,8 @@ def _syntax_message(text: str, e, line: int, col: int, what: str) -> tuple[str, 
     here = lines[line - 1] if 0 < line <= len(lines) else ""
     if here[col - 1 : col] == "\t":
         return "YAML syntax error: tab character", "YAML indents with spaces; replace the tab"
+    if "maximum nesting depth" in what:  # newer libyaml stops deep flow nesting itself
+        return f"nesting deeper than {MAX_DEPTH} levels", "a spec is a few levels deep"
     hint = ""
     cm, pm = e.context_mark, e.problem_mark
     if cm is not None and pm is not None and (cm.line, cm.column) != (pm.line, pm.column):

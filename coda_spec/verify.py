@@ -208,7 +208,9 @@ def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=Non
     from coda_spec.inputs import make_inputs
     from coda_spec.reference import run
 
-    static = {k: v for k, v in sizes.items() if checked.spec.dim_sizes().get(k) is not None}
+    declared = checked.spec.dim_sizes()
+    static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
+    sizes = {**{k: v for k, v in declared.items() if v is not None}, **sizes}
     case_checked = with_dims(checked, static) if static else checked
     ref_checked = reference or case_checked
     if reference is not None and static:

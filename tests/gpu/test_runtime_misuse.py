@@ -54,7 +54,7 @@ def _bad(inputs, name, how):
     "how,fragment",
     [
         ("dtype", "expected bf16"),
-        ("shape", "expected"),
+        ("shape", "dim 1 is 4088"),
         ("stride", "not contiguous"),
         ("alignment", "16-byte aligned"),
         ("device", "kernels run on"),
