@@ -232,10 +232,8 @@ def verify(targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, 
     """
     import os as _os
 
-    import torch
-
     from coda_spec import verify as V
-    from coda_spec.runtime import CodaRuntimeError, load
+    from coda_spec.runtime import CodaRuntimeError
 
     if seed is None:
         seed = int.from_bytes(_os.urandom(4), "little")
@@ -255,8 +253,8 @@ def verify(targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, 
     for t in targets:
         try:
             directory = V.resolve(t, Path(out))
-            chain = load(directory)
-            if not torch.cuda.is_available():
+            chain = _load_chain(directory)
+            if not _has_gpu():
                 rep = V.reference_only(chain.checked(), seed)
                 status = max(status, EXIT_OK if allow_no_gpu else V.EXIT_NO_GPU)
             else:
@@ -288,6 +286,21 @@ def verify(targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, 
             err=True,
         )
     sys.exit(status)
+
+
+def _load_chain(directory):
+    """The chain ``verify`` runs: a loaded build. A seam: the CPU tests substitute a fake kernel
+    runner here (tests/test_verify_cpu.py) to prove every check can fail."""
+    from coda_spec.runtime import load
+
+    return load(directory)
+
+
+def _has_gpu() -> bool:
+    """Whether ``verify`` can run kernels here (the same seam: tests pretend a GPU exists)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @main.command()

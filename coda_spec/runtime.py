@@ -33,17 +33,12 @@ from pathlib import Path
 import torch
 
 from coda_spec.artifact import eval_shape, read_manifest
+from coda_spec.reference import TORCH_DTYPES
 
 LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 SPLIT_K = ("split_k_semaphore", "split_k_workspace")
-TORCH_DTYPES = {
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp32": torch.float32,
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
+
 
 
 class CodaRuntimeError(RuntimeError):

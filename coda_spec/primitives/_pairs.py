@@ -119,3 +119,86 @@ def gated_supports(config, op):
     if config.tile_n % 32:
         return f"a half-width (gated) output needs tile_N divisible by 32, not {config.tile_n}"
     return None
+
+
+def rope_lower(sign: float):
+    """Lowering of rope (sign +1) and rope_bwd (-1): QuACK's float-float turns-domain sincos."""
+
+    def lower(lc, op):
+        from coda_spec.primitives._lowering import lanes
+
+        x, pos, freqs = lc.v(op.get(op.prim)), lc.v(op.get("pos")), lc.v(op.get("freqs"))
+        if freqs.form != "deferred":
+            raise lc.error("freqs must be a load_row of a W/2 frequency vector")
+        ident = lc.ident(freqs.tensor)
+        table = lc.param(
+            freqs.tensor, "row", f'RowVecLoad("{ident}")', (1, lc.width), "fp32", "turns_table"
+        )
+        a, b = lanes(lc, x, "x")
+        s, c = lc.tmp("sin"), lc.tmp("cos")
+        lc.line(f"{s}, {c} = _rot._sincos_turns(*_rot._angle_turns({pos.expr}, {table}))")
+        if sign > 0:
+            rotated = f"pack({a} * {c} - {b} * {s}, {a} * {s} + {b} * {c})"
+        else:
+            rotated = f"pack({a} * {c} + {b} * {s}, {b} * {c} - {a} * {s})"
+        lc.let(op.results[0], rotated, "p")
+
+    return lower
+
+
+def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: str):
+    """The rope / rope_bwd primitive (they differ only in the rotation's sign)."""
+    from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
+
+    return Primitive(
+        name=name,
+        family=PAIR,
+        summary=summary,
+        example=example,
+        schema=item_schema(
+            name, VALUE_REF, {"pos": VALUE_REF, "freqs": VALUE_REF}, required=("pos", "freqs")
+        ),
+        operands=(name, "pos", "freqs"),
+        infer=rope_infer(name),
+        reference=lambda rt, op, ins, tensors: (
+            rotate(rt, ins[name], ins["pos"], ins["freqs"], sign),
+        ),
+        mutants=lambda op: (op.with_prim(sibling),),
+        lower=rope_lower(sign),
+    )
+
+
+def dgated_lower(act: str):
+    """Lowering of dswiglu / dgeglu in packed-pair mode (z is the 16-bit C operand)."""
+
+    def lower(lc, op):
+        from coda_spec.primitives._lowering import lanes
+
+        dy = lc.v(op.get(op.prim))
+        g, u = lanes(lc, lc.v(op.get("z")), "z")
+        dz, out = op.results
+        a, da = lc.tmp("act"), lc.tmp("dact")
+        lc.line(f"{a}, {da} = _{act}_and_grad({g})")
+        lc.let(dz, f"pack({dy.expr} * {u} * {da}, {dy.expr} * {a})", "p")
+        lc.let(out, f"{a} * {u}", "s")
+
+    return lower
+
+
+def dgated_primitive(name: str, act: str, summary: str, example: str, sibling: str):
+    """The dswiglu / dgeglu primitive (they differ only in the activation)."""
+    from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
+
+    return Primitive(
+        name=name,
+        family=PAIR,
+        summary=summary,
+        example=example,
+        schema=item_schema(name, VALUE_REF, {"z": VALUE_REF}, required=("z",), result="list"),
+        operands=(name, "z"),
+        results="many",
+        infer=dgated_infer(name),
+        reference=dgated_reference(act),
+        mutants=lambda op: (op.with_prim(sibling),),
+        lower=dgated_lower(act),
+    )

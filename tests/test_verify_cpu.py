@@ -1,0 +1,319 @@
+"""``coda verify`` on CPU (CI): the protocol run with a FAKE kernel runner, proving it can fail.
+
+No GPU and no compile: a manifest is made from the lowered spec with fabricated compile records,
+and ``FakeChain`` stands in for ``coda_spec.runtime.Chain``. Its ``run`` emulates the kernels with
+the reference interpreter in ``lowp`` precision (what a correct kernel computes, within the
+error budget), writes every partial buffer the manifest declares, then injects one fault. A clean
+run must pass; an injected error, a NaN slot, an unwritten partial and a wrong ``add_to``
+accumulate must each fail the report and make ``coda verify`` exit 3 (driven through the CLI's
+``_load_chain`` / ``_has_gpu`` seam). Also: no GPU -> exit 4 (0 with ``--allow-no-gpu``), a
+spec without a build -> exit 1, and the JUnit report.
+
+Static dims are shrunk (M=64, D=256, F=512) so each case runs in well under a second; that also
+exercises verify's re-sized manifest (``with_manifest``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from coda_spec import artifact, cli
+from coda_spec import verify as V
+from coda_spec.build import lowered_json
+from coda_spec.config import BuildConfig
+from coda_spec.frontend import check_file, with_dims
+from coda_spec.lower.module import lower_spec
+from coda_spec.reference import infer_sizes
+from coda_spec.reference import run as ref_run
+from coda_spec.runtime import TORCH_DTYPES
+from tests.conftest import ROOT
+
+RMSNORM = ROOT / "specs" / "rmsnorm_chain.yaml"
+B1 = ROOT / "specs" / "b1_dgrad_rmsnorm_bwd.yaml"
+SMALL = {
+    RMSNORM: {"M": 64, "D": 256, "F": 512},
+    B1: {"M": 64, "D": 256, "F": 256},
+}
+PARTIAL_ROLES = ("colred", "rowred", "group_out")
+FAULTS = ("none", "error", "nan", "unwritten_partial", "accumulate")
+
+
+def fake_manifest(checked) -> dict:
+    """The manifest ``coda build`` would write, without compiling: fabricated compile records."""
+    cfg = BuildConfig()
+    lowered = lower_spec(checked, cfg)
+    meta = lowered_json(checked, lowered, cfg)
+    records = [
+        {
+            "symbol": k.symbol,
+            "fields": [f.name for f in k.fields] + ["split_k_semaphore", "split_k_workspace"],
+            "majors": {"A": "row", "B": "col"},
+            "max_swizzle_size": 8,
+            "compile_s": 0,
+            "object_bytes": 0,
+        }
+        for k in lowered.kernels
+    ]
+    return artifact.make_manifest(checked, meta, records, None)
+
+
+class FakeChain:
+    """The chain protocol ``coda_spec.verify`` uses (name, directory, manifest, checked(),
+    with_manifest(), run()), computing with the reference interpreter plus one injected fault."""
+
+    def __init__(self, checked, directory, fault="none", manifest=None):
+        assert fault in FAULTS, fault
+        self._checked = checked
+        self.directory = directory
+        self.fault = fault
+        self.manifest = manifest if manifest is not None else fake_manifest(checked)
+        self.name = self.manifest["name"]
+        self.runs = 0
+
+    def checked(self):
+        return self._checked
+
+    def with_manifest(self, manifest) -> FakeChain:
+        return FakeChain(self._checked, self.directory, self.fault, manifest)
+
+    def run(self, inputs: dict, poison: bool = False) -> dict:
+        self.runs += 1
+        m = self.manifest
+        static = {k: v for k, v in m["dims"].items() if v is not None}
+        declared = self._checked.spec.dim_sizes()
+        changed = {k: v for k, v in static.items() if declared.get(k) != v}
+        case = with_dims(self._checked, changed) if changed else self._checked
+        sizes = infer_sizes(case.analysis, inputs)
+        kernels = [s for s in m["steps"] if s["kind"] == "kernel"]
+        add_to = {s["d"][0]: s["add_to"] for s in kernels if s["add_to"]}
+        feed = dict(inputs)
+        if self.fault == "accumulate":  # the kernel forgets the tensor it accumulates into
+            assert add_to, f"{self.name} has no add_to output"
+            for into in add_to.values():
+                feed[into] = torch.zeros_like(inputs[into])
+        env = ref_run(case.analysis, feed, "lowp", sizes)
+        out = dict(inputs)
+        for o in m["outputs"]:
+            want = TORCH_DTYPES[o["dtype"]]
+            buf = torch.full_like(env[o["name"]], float("nan") if poison else 0.0, dtype=want)
+            buf.copy_(env[o["name"]])
+            out[o["name"]] = buf
+        partials = []
+        for s in kernels:
+            for f in s["fields"]:
+                if f["role"] in PARTIAL_ROLES:
+                    shape = artifact.eval_shape(f["shape"], sizes)
+                    out[f["tensor"]] = torch.rand(shape, dtype=TORCH_DTYPES[f["dtype"]]) + 0.5
+                    partials.append(f["tensor"])
+        first = m["outputs"][0]["name"]
+        if self.fault == "error":
+            x = out[first].view(-1)
+            x[0] = x[0] + 1e3 * (1 + float(x.abs().max()))
+        elif self.fault == "nan":
+            out[first].view(-1)[1] = float("nan")
+        elif self.fault == "unwritten_partial":
+            assert partials, f"{self.name} has no partial buffer"
+            out[partials[0]].view(-1)[-1] = float("nan")
+        return out
+
+
+def _checked(path):
+    return check_file(path.relative_to(ROOT))
+
+
+@pytest.fixture(autouse=True)
+def _chdir_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.fixture(scope="module")
+def checked_specs():
+    return {p: _checked(p) for p in (RMSNORM, B1)}
+
+
+def _dims(path) -> dict:
+    return dict(SMALL[path])
+
+
+def _failing(report):
+    return [c for c in report.checks if not c.passed]
+
+
+# -- the protocol, API level -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [RMSNORM, B1], ids=lambda p: p.stem)
+def test_clean_fake_run_passes(spec, checked_specs, tmp_path):
+    """A kernel that computes what the low-precision pipeline computes passes every check, the
+    partial buffers (at the re-sized tile shape) are all written and equivalent_to agrees."""
+    fake = FakeChain(checked_specs[spec], tmp_path)
+    report = V.verify_chain(fake, seed=7, dims=_dims(spec))
+    assert report.passed, V.render_table(report)
+    outputs = {c.output for c in report.checks}
+    assert {o["name"] for o in fake.manifest["outputs"]} <= outputs
+    assert any(o.endswith("(partials)") for o in outputs)
+    assert all(c.dims["M"] == 64 and c.dims["D"] == 256 for c in report.checks)
+    assert report.algebra and all(a[3] for a in report.algebra)
+
+
+def test_partial_shape_follows_resized_dims(checked_specs, tmp_path):
+    """The shrunk static dims reach the runner: partial buffers get their re-sized shapes."""
+    report = V.verify_chain(FakeChain(checked_specs[B1], tmp_path), seed=1, dims=_dims(B1))
+    (part,) = [c for c in report.checks if c.output == "dgamma_part (partials)"]
+    assert part.shape == (1, 256)  # cdiv(64, 128) M-tiles x D
+
+
+@pytest.mark.parametrize(
+    "spec, fault, output, note",
+    [
+        (RMSNORM, "error", "x1", ""),
+        (RMSNORM, "nan", "x1", "1 element(s) unwritten or non-finite"),
+        (RMSNORM, "unwritten_partial", "ss (partials)", "1 partial slot(s) unwritten"),
+        (B1, "error", "dx", ""),
+        (B1, "nan", "dx", "1 element(s) unwritten or non-finite"),
+        (B1, "unwritten_partial", "dgamma_part (partials)", "1 partial slot(s) unwritten"),
+        (B1, "accumulate", "dx", ""),
+    ],
+    ids=lambda x: getattr(x, "stem", x) or "-",
+)
+def test_fault_fails_the_right_check(spec, fault, output, note, checked_specs, tmp_path):
+    """Each injected fault fails exactly the check that guards against it."""
+    report = V.verify_chain(FakeChain(checked_specs[spec], tmp_path, fault), 3, dims=_dims(spec))
+    assert not report.passed
+    bad = _failing(report)
+    assert [c.output for c in bad] == [output], V.render_table(report)
+    (c,) = bad
+    assert c.note == note
+    if fault == "error":
+        assert c.max_abs_err > c.bound and c.unwritten == 0
+    if fault in ("nan", "unwritten_partial"):
+        assert c.unwritten == 1
+    if fault == "accumulate":  # off by dres: far outside the budget, everything written
+        assert c.unwritten == 0 and c.max_abs_err > 10 * c.bound
+    assert "=> FAIL" in V.render_table(report)
+
+
+def test_default_cases_reach_the_runner(checked_specs, tmp_path):
+    """Without --dims the small case runs against the build's own (unchanged) manifest."""
+    fake = FakeChain(checked_specs[RMSNORM], tmp_path, "nan")
+    cases = V.cases(fake.checked(), None, only_small=True)
+    assert cases == [("small", {"M": 64})]
+    c, _ = V.verify_case(fake, fake.checked(), "small", {"M": 64, **_dims(RMSNORM)}, seed=5)
+    assert fake.runs == 1
+    assert [x.output for x in c if not x.passed] == ["x1"]
+
+
+# -- the CLI: report -> exit status ----------------------------------------------------------
+
+
+def _build_dir(tmp_path, spec, checked) -> str:
+    """A build directory as ``coda build`` leaves it, minus the library (never loaded here)."""
+    d = tmp_path / f"{checked.spec.name}-000000000000"
+    d.mkdir()
+    shutil.copy(spec, d / "spec.yaml")
+    artifact.write_manifest(d, fake_manifest(checked))
+    return str(d)
+
+
+def _verify(args):
+    return CliRunner().invoke(cli.main, ["verify", *args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    "spec, fault, status",
+    [
+        (RMSNORM, "none", 0),
+        (RMSNORM, "error", V.EXIT_NUMERIC),
+        (RMSNORM, "nan", V.EXIT_NUMERIC),
+        (RMSNORM, "unwritten_partial", V.EXIT_NUMERIC),
+        (B1, "none", 0),
+        (B1, "accumulate", V.EXIT_NUMERIC),
+    ],
+    ids=lambda x: getattr(x, "stem", str(x)),
+)
+def test_cli_exit_status(spec, fault, status, checked_specs, tmp_path, monkeypatch):
+    """``coda verify BUILD_DIR`` with the fake runner behind the CLI's seam: exit 3 on any
+    failing check, 0 when all pass; the JSON report says the same."""
+    checked = checked_specs[spec]
+    directory = _build_dir(tmp_path, spec, checked)
+    loaded = []
+
+    def load(d):
+        loaded.append(str(d))
+        return FakeChain(checked, d, fault)
+
+    monkeypatch.setattr(cli, "_load_chain", load)
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    dims = ",".join(f"{k}={v}" for k, v in _dims(spec).items())
+    junit_path = tmp_path / "verify.xml"
+    res = _verify([directory, "--seed", "11", "--dims", dims, "--junit", str(junit_path)])
+    assert res.exit_code == status, res.output
+    assert loaded == [directory]
+    assert ("=> PASS" if status == 0 else "=> FAIL") in res.output
+    suite = ET.parse(junit_path).getroot()
+    assert int(suite.get("failures")) == (0 if status == 0 else 1)
+
+
+def test_cli_json_format_and_seed(checked_specs, tmp_path, monkeypatch):
+    import json
+
+    checked = checked_specs[RMSNORM]
+    directory = _build_dir(tmp_path, RMSNORM, checked)
+    monkeypatch.setattr(cli, "_load_chain", lambda d: FakeChain(checked, d, "error"))
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    res = _verify([directory, "--seed", "5", "--dims", "M=64,D=256,F=512", "--format", "json"])
+    assert res.exit_code == V.EXIT_NUMERIC
+    (rep,) = json.loads(res.stdout)
+    assert rep["seed"] == 5 and rep["chain"] == "rmsnorm_chain"
+    assert [c["output"] for c in rep["checks"] if not c["passed"]] == ["x1"]
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["exit4", "allow-no-gpu"])
+def test_cli_without_gpu(allow, checked_specs, tmp_path, monkeypatch):
+    """No GPU: the real loader reads the manifest (no library), only the reference-side checks
+    run, and the exit is 4 unless --allow-no-gpu; either way it says kernels were not run."""
+    directory = _build_dir(tmp_path, RMSNORM, checked_specs[RMSNORM])
+    monkeypatch.setattr(cli, "_has_gpu", lambda: False)
+    res = _verify([directory, "--seed", "2", *(["--allow-no-gpu"] if allow else [])])
+    assert res.exit_code == (0 if allow else V.EXIT_NO_GPU), res.output
+    assert "kernel numerics were not run" in res.stderr
+    assert "kernel numerics were NOT run" in res.stdout
+    assert "=> REFERENCE ONLY" in res.stdout
+    assert ("exit 4" in res.stderr) is not allow
+
+
+def test_cli_spec_without_build(tmp_path):
+    """A spec with no build under --out is a tool error (exit 1): verify never compiles."""
+    res = _verify(["specs/f8_scale.yaml", "-o", str(tmp_path / "nothing")])
+    assert res.exit_code == 1
+    assert "run coda build first" in res.stderr
+
+
+def test_cli_not_a_build(tmp_path):
+    res = _verify([str(tmp_path)])
+    assert res.exit_code == 1
+    assert "not a build directory" in res.stderr
+
+
+# -- JUnit -----------------------------------------------------------------------------------
+
+
+def test_junit_is_wellformed_with_failures(checked_specs, tmp_path):
+    bad = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path, "nan"), 4, _dims(RMSNORM))
+    good = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), 4, _dims(RMSNORM))
+    no_gpu = V.Report("f8_scale", "", 4, "cpu", skipped="no CUDA GPU: <kernels> & \"not\" run")
+    suite = ET.fromstring(V.junit([bad, good, no_gpu]))
+    assert suite.tag == "testsuite"
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) == len(bad.checks) + len(good.checks) + 1
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert int(suite.get("failures")) == len(failed) == 1
+    assert failed[0].get("name") == "rmsnorm_chain.dims.x1"
+    assert "unwritten or non-finite" in failed[0].find("failure").get("message")
+    (skip,) = [c for c in cases if c.find("skipped") is not None]
+    assert skip.find("skipped").get("message") == 'no CUDA GPU: <kernels> & "not" run'
