@@ -35,6 +35,7 @@ from tests.conftest import ROOT
 
 RMSNORM = ROOT / "specs" / "rmsnorm_chain.yaml"
 B1 = ROOT / "specs" / "b1_dgrad_rmsnorm_bwd.yaml"
+F8 = ROOT / "specs" / "f8_scale.yaml"  # no partials, cheap at its full D: the --small path
 SMALL = {
     RMSNORM: {"M": 64, "D": 256, "F": 512},
     B1: {"M": 64, "D": 256, "F": 256},
@@ -73,17 +74,19 @@ class FakeChain:
         self.fault = fault
         self.manifest = manifest if manifest is not None else fake_manifest(checked)
         self.name = self.manifest["name"]
-        self.runs = 0
+        self.log = []  # (manifest dims, poison) per run, shared with re-sized copies
 
     def checked(self):
         return self._checked
 
     def with_manifest(self, manifest) -> FakeChain:
-        return FakeChain(self._checked, self.directory, self.fault, manifest)
+        other = FakeChain(self._checked, self.directory, self.fault, manifest)
+        other.log = self.log
+        return other
 
     def run(self, inputs: dict, poison: bool = False) -> dict:
-        self.runs += 1
         m = self.manifest
+        self.log.append((dict(m["dims"]), poison))
         static = {k: v for k, v in m["dims"].items() if v is not None}
         declared = self._checked.spec.dim_sizes()
         changed = {k: v for k, v in static.items() if declared.get(k) != v}
@@ -168,18 +171,19 @@ def test_partial_shape_follows_resized_dims(checked_specs, tmp_path):
     assert part.shape == (1, 256)  # cdiv(64, 128) M-tiles x D
 
 
+FAULT_CASES = [  # (spec, fault, the one check that must fail, its note)
+    (RMSNORM, "error", "x1", ""),
+    (RMSNORM, "nan", "x1", "1 element(s) unwritten or non-finite"),
+    (RMSNORM, "unwritten_partial", "ss (partials)", "1 partial slot(s) unwritten"),
+    (B1, "error", "dx", ""),
+    (B1, "nan", "dx", "1 element(s) unwritten or non-finite"),
+    (B1, "unwritten_partial", "dgamma_part (partials)", "1 partial slot(s) unwritten"),
+    (B1, "accumulate", "dx", ""),
+]
+
+
 @pytest.mark.parametrize(
-    "spec, fault, output, note",
-    [
-        (RMSNORM, "error", "x1", ""),
-        (RMSNORM, "nan", "x1", "1 element(s) unwritten or non-finite"),
-        (RMSNORM, "unwritten_partial", "ss (partials)", "1 partial slot(s) unwritten"),
-        (B1, "error", "dx", ""),
-        (B1, "nan", "dx", "1 element(s) unwritten or non-finite"),
-        (B1, "unwritten_partial", "dgamma_part (partials)", "1 partial slot(s) unwritten"),
-        (B1, "accumulate", "dx", ""),
-    ],
-    ids=lambda x: getattr(x, "stem", x) or "-",
+    "spec, fault, output, note", FAULT_CASES, ids=[f"{c[0].stem}-{c[1]}" for c in FAULT_CASES]
 )
 def test_fault_fails_the_right_check(spec, fault, output, note, checked_specs, tmp_path):
     """Each injected fault fails exactly the check that guards against it."""
@@ -198,14 +202,26 @@ def test_fault_fails_the_right_check(spec, fault, output, note, checked_specs, t
     assert "=> FAIL" in V.render_table(report)
 
 
-def test_default_cases_reach_the_runner(checked_specs, tmp_path):
-    """Without --dims the small case runs against the build's own (unchanged) manifest."""
-    fake = FakeChain(checked_specs[RMSNORM], tmp_path, "nan")
-    cases = V.cases(fake.checked(), None, only_small=True)
-    assert cases == [("small", {"M": 64})]
-    c, _ = V.verify_case(fake, fake.checked(), "small", {"M": 64, **_dims(RMSNORM)}, seed=5)
-    assert fake.runs == 1
-    assert [x.output for x in c if not x.passed] == ["x1"]
+def test_resized_manifest_reaches_the_runner(checked_specs, tmp_path):
+    """Shrunk static dims: verify runs the chain under a re-sized manifest (with_manifest) and
+    leaves the build's own manifest alone; the one run is poisoned."""
+    fake = FakeChain(checked_specs[RMSNORM], tmp_path)
+    report = V.verify_chain(fake, seed=5, dims=_dims(RMSNORM))
+    assert report.passed
+    assert fake.log == [({"M": None, "D": 256, "F": 512}, True)]
+    assert fake.manifest["dims"] == {"M": None, "D": 4096, "F": 11008}
+
+
+def test_small_case_runs_the_build_manifest(tmp_path):
+    """``--small`` (only M given, static dims as built): the chain runs under its own manifest,
+    the static dims are filled in from the spec, and a fault still fails the right output."""
+    checked = _checked(F8)
+    fake = FakeChain(checked, tmp_path, "error")
+    report = V.verify_chain(fake, seed=9, only_small=True)
+    assert fake.log == [({"M": None, "D": 4096}, True)]
+    assert {c.case for c in report.checks} == {"small"}
+    assert all(c.dims == {"M": 64, "D": 4096} for c in report.checks)
+    assert [c.output for c in _failing(report)] == ["y_imm"]
 
 
 # -- the CLI: report -> exit status ----------------------------------------------------------
@@ -306,7 +322,7 @@ def test_cli_not_a_build(tmp_path):
 def test_junit_is_wellformed_with_failures(checked_specs, tmp_path):
     bad = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path, "nan"), 4, _dims(RMSNORM))
     good = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), 4, _dims(RMSNORM))
-    no_gpu = V.Report("f8_scale", "", 4, "cpu", skipped="no CUDA GPU: <kernels> & \"not\" run")
+    no_gpu = V.Report("f8_scale", "", 4, "cpu", skipped='no CUDA GPU: <kernels> & "not" run')
     suite = ET.fromstring(V.junit([bad, good, no_gpu]))
     assert suite.tag == "testsuite"
     cases = suite.findall("testcase")
