@@ -219,12 +219,19 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
     help="Without a GPU, exit 0 after the reference-side checks (else exit 4).",
 )
 @click.option(
+    "--sanitize",
+    is_flag=True,
+    help="Also run the small case under compute-sanitizer memcheck (clean/unclean/unavailable).",
+)
+@click.option(
     "--reference-spec",
     default=None,
     hidden=True,
     help="Test only: check against this spec's math instead of the build's own.",
 )
-def verify(targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, reference_spec):
+def verify(
+    targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, sanitize, reference_spec
+):
     """Check built kernels against the spec's reference math on a CUDA GPU (never compiles).
 
     TARGETS are build directories or spec files (their latest build under --out). Exit status:
@@ -270,6 +277,11 @@ def verify(targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, 
             click.echo(f"{t}: error: {e}", err=True)
             status = max(status, EXIT_TOOL_FAILURE)
             continue
+        if sanitize:
+            san = V.sanitize(directory, seed)
+            rep = V.with_replaced(rep, extra={**rep.extra, "sanitizer": san})
+            if san["result"] == "unclean":
+                status = max(status, V.EXIT_NUMERIC)
         reports.append(rep)
         if fmt == "text":
             click.echo(V.render_table(rep))

@@ -40,7 +40,6 @@ LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 SPLIT_K = ("split_k_semaphore", "split_k_workspace")
 
 
-
 class CodaRuntimeError(RuntimeError):
     """A call was refused before launch (bad input) or the artifact cannot be used."""
 
