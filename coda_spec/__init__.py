@@ -3,11 +3,14 @@
 Layer map (dependencies point down only):
 
     cli
-    frontend (load -> validate -> normalize -> analyze)   reference / equivalence / inputs (torch)
-    source, validate, normalize, analyze, expr, schema
+    build (lower -> compile -> link -> manifest)    verify        (bench: planned)
+    lower/ (text)  lower/quack_adapter.py (the ONLY quack/cutlass import, in worker processes)
+    frontend (load -> validate -> normalize -> analyze)   reference, equivalence, inputs   runtime
+    source, validate, normalize, analyze, expr, schema, artifact (manifest format), config
     ir, primitives (registry, one file each), dims, errors
 
-``import coda_spec`` is cheap: it imports neither torch nor cutlass/quack.
+``import coda_spec`` is cheap: it imports neither torch nor cutlass/quack. ``coda_spec.load``
+(the runtime) needs torch, tvm_ffi and libcute_dsl_runtime.so, never the compiler.
 """
 
 __version__ = "0.1.0"
