@@ -6,7 +6,8 @@ A manifest is the complete calling contract of a built chain; the runtime reads 
 Top level: ``format``, ``name``, ``digest`` (spec content hash), ``versions`` (coda, quack,
 cutlass-dsl, tvm-ffi), ``config`` (tile/cluster/schedule), ``library`` (the .so), ``dims``,
 ``inputs``/``outputs`` (name, shape expression, dtype), ``tensors`` (every chain tensor), ``steps``
-and ``backward_steps`` (in order) and ``links`` (producer step -> consumer step, tensor).
+and ``backward_steps`` (in order), ``grads_in``/``backward_outputs`` (the backward section's
+incoming and outgoing gradients) and ``links`` (producer step -> consumer step, tensor).
 
 A kernel step records: ``symbol`` (exported function), ``mode``, ``a``/``b`` (tensor,
 transposed), ``d``/``c`` bindings, ``add_to``, ``fields`` (every EpilogueArguments entry: role,
@@ -27,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: grads_in and backward_outputs (the runtime runs backward sections)
 MANIFEST = "manifest.json"
 
 
@@ -138,6 +139,15 @@ def make_manifest(checked, lowered: dict, records: list[dict], library: str | No
         "tensors": lowered["tensors"],
         "steps": steps,
         "backward_steps": bsteps,
+        "grads_in": [
+            {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+            for t in a.tensors
+            if t.origin == "grad_in"
+        ],
+        "backward_outputs": [
+            {"name": o.name, "dtype": o.dtype, "shape": list(a.tensor(o.name).shape)}
+            for o in (spec.backward.outputs if spec.backward else ())
+        ],
         "links": links,
     }
 

@@ -112,10 +112,15 @@ class Chain:
         if missing:
             raise CodaRuntimeError(f"{self.name}: missing input(s) {missing}")
         sizes = {k: v for k, v in m["dims"].items() if v is not None}
+        self._check(declared, inputs, sizes, "input")
+        return sizes
+
+    def _check(self, declared: dict, tensors: dict, sizes: dict, what: str) -> None:
+        """Device, dtype, shape (binding dynamic dims into ``sizes``), contiguity, alignment."""
         device = torch.device("cuda", torch.cuda.current_device())
         for name, t in declared.items():
-            x = inputs[name]
-            where = f"{self.name}: input '{name}'"
+            x = tensors[name]
+            where = f"{self.name}: {what} '{name}'"
             if not isinstance(x, torch.Tensor):
                 raise CodaRuntimeError(f"{where} is {type(x).__name__}, not a torch.Tensor")
             if x.device != device:
@@ -138,29 +143,54 @@ class Chain:
                 )
             if x.data_ptr() % 16:
                 raise CodaRuntimeError(f"{where} is not 16-byte aligned (TMA needs it)")
-        return sizes
 
     # -- execution ---------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
         env = self.run(inputs)
         return {o["name"]: env[o["name"]] for o in self.manifest["outputs"]}
 
-    def run(self, inputs: dict, poison: bool = False) -> dict:
-        """Run every forward step; return every chain tensor (inputs, outputs, intermediates,
-        partial buffers). ``poison`` fills every buffer a kernel writes with NaN first, so a
-        verifier can prove each element and partial slot was written."""
+    def run(self, inputs: dict, poison: bool = False, grads: dict | None = None) -> dict:
+        """Run every forward step — and, with ``grads`` (the incoming gradients named in the
+        spec's ``backward.grads``), every backward step — and return every chain tensor
+        (inputs, outputs, intermediates, partial buffers). ``poison`` fills every buffer a kernel
+        writes with NaN first, so a verifier can prove each element and partial slot was
+        written."""
         sizes = self.bind(inputs)
         self._poison = poison
         env = dict(inputs)
         partials: dict = {}
-        for step in self.manifest["steps"]:
+        self._steps(self.manifest["steps"], env, sizes, partials)
+        if grads is not None:
+            declared = {t["name"]: t for t in self.manifest.get("grads_in", [])}
+            if not self.manifest.get("backward_steps"):
+                raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
+            missing = [n for n in declared if n not in grads]
+            unknown = set(grads) - set(declared)
+            if missing or unknown:
+                raise CodaRuntimeError(
+                    f"{self.name}: backward needs gradients "
+                    f"{sorted(declared)}; missing {missing}, unknown "
+                    f"{sorted(unknown)}"
+                )
+            self._check(declared, grads, sizes, "gradient")
+            env.update(grads)
+            self._steps(self.manifest["backward_steps"], env, sizes, partials)
+        return env
+
+    def backward(self, env: dict, **grads) -> dict:
+        """Gradients of the forward inputs, given a forward ``env`` from :meth:`run`'s inputs."""
+        inputs = {t["name"]: env[t["name"]] for t in self.manifest["inputs"]}
+        out = self.run(inputs, grads=grads)
+        return {o["name"]: out[o["name"]] for o in self.manifest.get("backward_outputs", [])}
+
+    def _steps(self, steps, env, sizes, partials):
+        for step in steps:
             if step["kind"] == "kernel":
                 self._kernel(step, env, sizes, partials)
             elif step["kind"] == "finalize":
                 self._finalize(step, env, sizes, partials)
             else:
                 self._host(step, env, sizes, partials)
-        return env
 
     def _fn(self, symbol: str):
         if self._module is None:
@@ -261,9 +291,9 @@ class Chain:
         from coda_spec.reference import PRECISIONS, _run_step
 
         checked = self.checked()
-        spec_step = next(
-            s for s in checked.spec.steps if s.kind == "host" and s.name == step["name"]
-        )
+        spec = checked.spec
+        steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+        spec_step = next(s for s in steps if s.kind == "host" and s.name == step["name"])
         work = {k: v for k, v in env.items() if isinstance(v, torch.Tensor)}
         _run_step((PRECISIONS["fp32"], sizes, checked.analysis), spec_step, work)
         for name in step["writes"]:

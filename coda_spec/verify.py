@@ -113,6 +113,8 @@ def resized_manifest(chain, checked_case) -> dict:
     m["dims"] = {d.name: d.size for d in spec.dims}
     m["inputs"] = [dict(i, shape=list(spec.tensor(i["name"]).shape)) for i in m["inputs"]]
     m["tensors"] = {t.name: {"shape": list(t.shape), "dtype": t.dtype} for t in a.tensors}
+    for key in ("outputs", "grads_in", "backward_outputs"):
+        m[key] = [dict(o, shape=list(a.tensor(o["name"]).shape)) for o in m.get(key, [])]
 
     def fix(step):
         if step["kind"] != "kernel":
@@ -130,7 +132,7 @@ def _untouched(manifest, analysis, out_name, env):
     ignored (its ignore_index, or out of range: the kernel writes only in-range rows)."""
     import torch
 
-    for step in manifest["steps"]:
+    for step in manifest["steps"] + manifest.get("backward_steps", []):
         if step["kind"] != "kernel":
             continue
         fields = {f["tensor"]: f for f in step["fields"]}
@@ -188,7 +190,7 @@ def _partials(manifest, env) -> list[tuple[str, int]]:
     import torch
 
     out = []
-    for step in manifest["steps"]:
+    for step in manifest["steps"] + manifest.get("backward_steps", []):
         if step["kind"] != "kernel":
             continue
         for f in step["fields"]:
@@ -205,7 +207,7 @@ def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=Non
 
     from coda_spec.equivalence import check_equivalence
     from coda_spec.frontend import with_dims
-    from coda_spec.inputs import make_inputs
+    from coda_spec.inputs import make_grads, make_inputs
     from coda_spec.reference import run
 
     declared = checked.spec.dim_sizes()
@@ -220,12 +222,21 @@ def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=Non
     low, exact = make_inputs(case_checked.spec, sizes, seed)
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     inputs = {k: v.to(dev) for k, v in low.items()}
-    env = runner.run({k: v.clone() for k, v in inputs.items()}, poison=True)
-    ref = run(ref_checked.analysis, inputs, "fp64", sizes)
-    lowp = run(ref_checked.analysis, inputs, "lowp", sizes)
+    grads = None  # a chain with a backward section is verified forward AND backward
+    if manifest.get("backward_steps") and manifest.get("grads_in"):
+        low_g, _ = make_grads(case_checked.spec, case_checked.analysis, sizes, seed + 1)
+        grads = {k: v.to(dev) for k, v in low_g.items()}
+    env = runner.run(
+        {k: v.clone() for k, v in inputs.items()},
+        poison=True,
+        **({"grads": {k: v.clone() for k, v in grads.items()}} if grads else {}),
+    )
+    ref = run(ref_checked.analysis, inputs, "fp64", sizes, grads=grads)
+    lowp = run(ref_checked.analysis, inputs, "lowp", sizes, grads=grads)
     shown = {k: v for k, v in sizes.items()}
     checks = []
-    for o in manifest["outputs"]:
+    outputs = manifest["outputs"] + (manifest.get("backward_outputs", []) if grads else [])
+    for o in outputs:
         untouched = _untouched(manifest, case_checked.analysis, o["name"], inputs)
         checks.append(
             _compare(

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from coda_spec import artifact
 from coda_spec.build import BuildOptions, build_spec, prune
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
@@ -62,7 +63,7 @@ def _chdir_root(monkeypatch):
 def test_spec_builds(built, path):
     res = _result(built, path.stem)
     manifest = json.loads((res.directory / "manifest.json").read_text())
-    assert manifest["format"] == 1
+    assert manifest["format"] == artifact.FORMAT_VERSION
     assert manifest["digest"] == check_file(path.relative_to(ROOT)).spec.digest
     kernels = [s for s in manifest["steps"] + manifest["backward_steps"] if s["kind"] == "kernel"]
     for k in kernels:
