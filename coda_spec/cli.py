@@ -1,9 +1,12 @@
 """The ``coda`` command line.
 
-Commands: ``check`` (validate specs, located errors), ``schema`` (print the JSON Schema),
-``primitives`` (list the registry). Exit codes (stable): 0 ok, 1 tool failure, 2 invalid spec.
-No Python traceback reaches a user: unexpected failures print one line and exit 1 (set
-``CODA_DEBUG=1`` to see the traceback). ``check`` imports neither torch nor quack.
+Commands: ``check`` (validate specs, located errors; ``--math`` adds the fp64 algebra proof of
+``coda_spec.mathcheck``), ``build`` (``coda_spec.build``), ``verify`` (``coda_spec.verify``),
+``schema`` (print the JSON Schema), ``primitives`` (list the registry). Exit codes (stable, in
+``coda_spec.errors``): 0 ok, 1 tool failure, 2 invalid spec, 3 wrong math or numerics, 4 no GPU
+(verify). No Python traceback reaches a user: unexpected failures print one line and exit 1
+(set ``CODA_DEBUG=1`` to see the traceback). ``check`` without ``--math`` imports neither torch
+nor quack; every command imports what it needs inside its own body.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import click
 
 from coda_spec.errors import (
     EXIT_INVALID_SPEC,
+    EXIT_MISMATCH,
+    EXIT_NO_GPU,
     EXIT_OK,
     EXIT_TOOL_FAILURE,
     Diagnostic,
@@ -59,10 +64,19 @@ def _summary(checked) -> str:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="coda-spec", prog_name="coda")
 def main():
-    """coda: declarative GEMM-epilogue fusion specs for Hopper (sm_90a)."""
+    """coda: declarative GEMM-epilogue fusion specs for Hopper (sm_90a).
+
+    \b
+    Typical flow:
+      coda check --math specs/      # CPU: located errors, then the fp64 algebra proof
+      coda build specs/x.yaml       # CPU: compile to build/x-<hash>/ (needs the [build] extra)
+      coda verify build/x-latest    # GPU: every output against the spec's reference math
+
+    Exit codes: 0 ok, 1 tool failure, 2 invalid spec, 3 wrong math or numerics, 4 no GPU.
+    """
 
 
-@main.command()
+@main.command(short_help="Validate specs; with --math, prove their math on CPU.")
 @click.argument("paths", nargs=-1, required=True)
 @click.option(
     "--format",
@@ -72,11 +86,20 @@ def main():
     help="text (compiler style, default) or json (a list of diagnostics).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print only problems.")
-def check(paths, fmt, quiet):
+@click.option(
+    "--math",
+    "math",
+    is_flag=True,
+    help="Also prove the math in fp64 on CPU: every output equals equivalent_to, every "
+    "backward output equals its autograd (needs torch, CPU build; no GPU, no compiler).",
+)
+def check(paths, fmt, quiet, math):
     """Validate spec files (or folders of them): schema first, then semantics.
 
-    Every error is reported as FILE:LINE:COL: error: SPEC_PATH: MESSAGE; HINT. Exit status: 0 all
-    valid, 2 some spec invalid, 1 a file could not be read.
+    Every error is reported as FILE:LINE:COL: error: SPEC_PATH: MESSAGE; HINT. With --math, each
+    valid spec's math is also proven (see coda_spec.mathcheck). Exit status: 0 all valid (and
+    proven), 2 some spec invalid, 3 some spec's math is wrong or unproven, 1 a file could not
+    be read or torch is missing.
     """
     from coda_spec.frontend import check_file
     from coda_spec.source import load_source
@@ -84,7 +107,8 @@ def check(paths, fmt, quiet):
     start = time.perf_counter()
     files = expand_paths(paths)
     diags: list[Diagnostic] = []
-    tool_failed, invalid, ok = False, 0, 0
+    tool_failed, invalid, ok, wrong = False, 0, 0, 0
+    prover = _prover() if math else None
     lines_of: dict = {}
     if not files:
         click.echo(f"error: no spec files under {' '.join(paths)}", err=True)
@@ -104,11 +128,20 @@ def check(paths, fmt, quiet):
             tool_failed = True
             diags.append(Diagnostic(str(f), 0, 0, "<file>", str(e).split(": ", 1)[-1]))
             continue
-        ok += 1
         diags.extend(checked.analysis.warnings)
         lines_of[str(f)] = checked.source.lines
+        report = prover(checked) if prover else None
+        if report is not None and not report.ok:
+            from coda_spec.mathcheck import diagnostics
+
+            wrong += 1
+            diags.extend(diagnostics(checked, report))
+            continue
+        ok += 1
         if fmt == "text" and not quiet:
             click.echo(f"ok: {f}: {checked.spec.name} ({_summary(checked)})")
+            if report is not None:
+                click.echo(f"    {report.summary()} ({report.seconds:.2f}s)")
     elapsed = time.perf_counter() - start
     if fmt == "json":
         click.echo(json.dumps([d.to_json() for d in diags], indent=2))
@@ -117,12 +150,31 @@ def check(paths, fmt, quiet):
             click.echo(render_text(d, lines_of.get(d.file)), err=d.severity == "error")
         errors = sum(d.severity == "error" for d in diags)
         if not quiet or errors:
+            proof = f", {wrong} with wrong or unproven math" if math else ""
             click.echo(
-                f"{len(files)} spec(s): {ok} valid, {invalid} invalid, {errors} error(s) "
-                f"in {elapsed:.2f}s",
+                f"{len(files)} spec(s): {ok} valid{' and proven' if math else ''}, "
+                f"{invalid} invalid{proof}, {errors} error(s) in {elapsed:.2f}s",
                 err=bool(errors),
             )
-    sys.exit(EXIT_TOOL_FAILURE if tool_failed else EXIT_INVALID_SPEC if invalid else EXIT_OK)
+    if tool_failed:
+        sys.exit(EXIT_TOOL_FAILURE)
+    sys.exit(EXIT_INVALID_SPEC if invalid else EXIT_MISMATCH if wrong else EXIT_OK)
+
+
+def _prover():
+    """``mathcheck.prove``, or exit 1 with how to install torch (``--math`` needs it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        click.echo(
+            "error: coda check --math needs PyTorch (the CPU build is enough): "
+            'pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu',
+            err=True,
+        )
+        sys.exit(EXIT_TOOL_FAILURE)
+    from coda_spec.mathcheck import prove
+
+    return prove
 
 
 def _raw_lines(path) -> list[str] | None:
@@ -136,7 +188,7 @@ def _raw_lines(path) -> list[str] | None:
     return raw.decode("utf-8", errors="replace").splitlines()
 
 
-@main.command()
+@main.command(short_help="Compile specs into a loadable sm_90a library (no GPU needed).")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", default="build", show_default=True, help="Build root directory.")
 @click.option(
@@ -199,7 +251,7 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
     sys.exit(status)
 
 
-@main.command()
+@main.command(short_help="Test built kernels against the spec's math on a CUDA GPU.")
 @click.argument("targets", nargs=-1, required=True)
 @click.option(
     "-o",
@@ -216,7 +268,7 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
 @click.option(
     "--allow-no-gpu",
     is_flag=True,
-    help="Without a GPU, exit 0 after the reference-side checks (else exit 4).",
+    help="Without a GPU, exit 0 if the CPU algebra proof passed (else 4; 3 if it failed).",
 )
 @click.option(
     "--sanitize",
@@ -262,26 +314,29 @@ def verify(
             directory = V.resolve(t, Path(out))
             chain = _load_chain(directory)
             if not _has_gpu():
-                rep = V.reference_only(chain.checked(), seed)
-                status = max(status, EXIT_OK if allow_no_gpu else V.EXIT_NO_GPU)
+                rep = V.reference_only(reference or chain.checked(), seed)
+                if not rep.passed:
+                    status = _worse(status, EXIT_MISMATCH)
+                elif not allow_no_gpu:
+                    status = _worse(status, EXIT_NO_GPU)
             else:
                 rep = V.verify_chain(chain, seed, dims, small, reference)
                 if not rep.passed:
-                    status = max(status, V.EXIT_NUMERIC)
+                    status = _worse(status, EXIT_MISMATCH)
         except SpecError as e:
             for d in e.diagnostics:
                 click.echo(render_text(d, _raw_lines(d.file)), err=True)
-            status = max(status, EXIT_INVALID_SPEC)
+            status = _worse(status, EXIT_INVALID_SPEC)
             continue
         except (ToolError, CodaRuntimeError, FileNotFoundError, ValueError) as e:
             click.echo(f"{t}: error: {e}", err=True)
-            status = max(status, EXIT_TOOL_FAILURE)
+            status = _worse(status, EXIT_TOOL_FAILURE)
             continue
         if sanitize:
             san = V.sanitize(directory, seed)
             rep = V.with_replaced(rep, extra={**rep.extra, "sanitizer": san})
             if san["result"] == "unclean":
-                status = max(status, V.EXIT_NUMERIC)
+                status = _worse(status, EXIT_MISMATCH)
         reports.append(rep)
         if fmt == "text":
             click.echo(V.render_table(rep))
@@ -300,6 +355,15 @@ def verify(
     sys.exit(status)
 
 
+# Which exit status wins when targets end differently: a failed check beats everything, a
+# missing GPU (nothing failed, something was not run) loses to every real failure.
+_SEVERITY = (EXIT_OK, EXIT_NO_GPU, EXIT_TOOL_FAILURE, EXIT_INVALID_SPEC, EXIT_MISMATCH)
+
+
+def _worse(a: int, b: int) -> int:
+    return max(a, b, key=_SEVERITY.index)
+
+
 def _load_chain(directory):
     """The chain ``verify`` runs: a loaded build. A seam: the CPU tests substitute a fake kernel
     runner here (tests/test_verify_cpu.py) to prove every check can fail."""
@@ -315,7 +379,7 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-@main.command()
+@main.command(short_help="Print the spec language's JSON Schema.")
 def schema():
     """Print the JSON Schema of spec language v1 (for editors and LLM tools)."""
     from coda_spec.schema import schema_json
@@ -323,7 +387,7 @@ def schema():
     click.echo(schema_json(), nl=False)
 
 
-@main.command()
+@main.command(short_help="List the epilogue primitives with an example each.")
 def primitives():
     """List every epilogue primitive with its family and one-line summary."""
     from coda_spec.primitives import registry

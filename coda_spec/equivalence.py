@@ -3,8 +3,14 @@
 * ``check_equivalence``: every output that ``equivalent_to`` assigns is compared, in fp64 on the
   same bf16-valued inputs, with the reference interpreter's value. Agreement to ~1e-10 relative
   proves the reparameterization (deferred norm, zdz, dSwiGLU, RoPE orthogonality, LSE fold).
-* ``check_backward``: for a spec with a ``backward:`` section, each gradient output is compared
-  with ``torch.autograd`` of the forward's ``equivalent_to`` under the same random cotangents.
+* ``check_backward``: for a spec with a ``backward:`` section, EVERY backward output is compared
+  with ``torch.autograd`` of the forward's ``equivalent_to`` under the same random cotangents:
+  the total derivative of ``sum_g <fwd[of(g)], g>`` over the incoming gradients ``g``, taken
+  with respect to the input or the ``equivalent_to`` intermediate the output is the gradient of
+  (dSwiGLU's ``dz`` is the gradient of the intermediate ``z``; autograd differentiates with
+  respect to that node of the graph, exactly as if it were a leaf). An output that cannot be
+  proven (not a gradient in ``backward.grads``, or the gradient of a tensor ``equivalent_to``
+  never computes) is returned as a failed comparison with a note, never skipped.
 * ``mutants``: every single-primitive change of a spec (a sibling primitive from the primitive's
   own ``mutants``, or a perturbation of the item's result) must make one of the above fail.
 """
@@ -28,6 +34,7 @@ class Comparison:
     output: str
     rel_err: float
     max_abs: float
+    note: str = ""  # why the output could not be compared (then rel_err is inf)
 
     @property
     def ok(self) -> bool:
@@ -65,10 +72,16 @@ def check_equivalence(
     return [compare(n, got[n], want[n]) for n in want if n in outs]
 
 
+def unprovable(name: str, why: str) -> Comparison:
+    return Comparison(name, float("inf"), float("inf"), why)
+
+
 def check_backward(
     checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None
 ) -> list[Comparison]:
-    """Backward outputs vs torch.autograd of ``equivalent_to`` (forward) with random cotangents."""
+    """Every backward output vs torch.autograd of ``equivalent_to`` with random cotangents."""
+    from coda_spec.expr_eval import _ev
+
     spec, analysis = checked.spec, checked.analysis
     drawn = drawn or draw(checked, sizes, seed)
     exact, grads = drawn["inputs"], drawn["grads"]
@@ -80,27 +93,46 @@ def check_backward(
         if v.is_floating_point()
     }
     env = {**exact, **leaves, **sizes}
-    prog = parse(spec.equivalent_to)
+    fwd = {}
     with torch.enable_grad():
-        fwd = {}
-        for target, node in prog.statements:
-            from coda_spec.expr_eval import _ev
-
+        for target, node in parse(spec.equivalent_to).statements:
             env[target] = _ev(node, env)
             fwd[target] = env[target]
-        total = 0
+        value = {**leaves, **fwd}  # a name assigned by equivalent_to is that node, not an input
+        total, missing = torch.zeros((), dtype=torch.float64), []
         for g, t in grads.items():
-            of = grad_of[g]
-            if of not in fwd and of not in leaves:
-                raise KeyError(
-                    f"incoming gradient '{g}' is of '{of}', which equivalent_to does not compute"
+            if grad_of[g] in value:
+                total = total + (value[grad_of[g]] * t).sum()
+            else:
+                missing.append(f"incoming gradient '{g}' is of '{grad_of[g]}'")
+        out, wrt, names = [], [], []
+        for o in spec.backward.outputs:
+            of = grad_of.get(o.name)
+            if of is None:
+                out.append(unprovable(o.name, "not a gradient listed in backward.grads"))
+            elif missing:
+                out.append(
+                    unprovable(o.name, "; ".join(missing) + ", which equivalent_to never computes")
                 )
-            total = total + (fwd.get(of, leaves.get(of)) * t).sum()
-        wanted = [o.name for o in spec.backward.outputs if grad_of.get(o.name) in leaves]
-        auto = torch.autograd.grad(total, [leaves[grad_of[n]] for n in wanted], allow_unused=True)
-    out = []
-    for name, a in zip(wanted, auto, strict=True):
-        a = torch.zeros_like(leaves[grad_of[name]]) if a is None else a
+            elif of not in value:
+                out.append(
+                    unprovable(
+                        o.name,
+                        f"it is the gradient of '{of}', which equivalent_to never computes "
+                        f"(assign '{of} = ...' there)",
+                    )
+                )
+            else:
+                names.append(o.name)
+                wrt.append(value[of])
+        live = [i for i, w in enumerate(wrt) if w.requires_grad]
+        auto = [None] * len(wrt)
+        if live and total.requires_grad:
+            res = torch.autograd.grad(total, [wrt[i] for i in live], allow_unused=True)
+            for i, a in zip(live, res, strict=True):
+                auto[i] = a
+    for name, w, a in zip(names, wrt, auto, strict=True):
+        a = torch.zeros_like(w) if a is None else a  # no path from the cotangents: 0
         out.append(compare(name, got[name], a.detach()))
     return out
 

@@ -11,7 +11,10 @@ holding them, so the user sees every problem of that phase at once. The CLI rend
         - {rleu: acc, as: y}
            ^
 
-or as JSON (``--format json``). Nothing here imports torch, yaml or jsonschema.
+or as JSON (``--format json``). A diagnostic's severity is ``error``, ``warning`` or ``note``; a
+note follows the error it explains and points at a second place, the way compilers point at a
+declaration (``specs/x.yaml:7:18: note: tensors.w.shape[0]: ...``). Only errors make a spec
+invalid. Nothing here imports torch, yaml or jsonschema.
 
 Exit codes are stable and live here so every command agrees on them.
 """
@@ -22,8 +25,10 @@ import difflib
 from dataclasses import asdict, dataclass
 
 EXIT_OK = 0
-EXIT_TOOL_FAILURE = 1
-EXIT_INVALID_SPEC = 2
+EXIT_TOOL_FAILURE = 1  # coda or something it drives failed (unreadable file, missing package)
+EXIT_INVALID_SPEC = 2  # located spec errors
+EXIT_MISMATCH = 3  # math or numerics disagree: check --math, verify
+EXIT_NO_GPU = 4  # verify: no CUDA GPU, so the kernel numerics were not run
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class Diagnostic:
     path: str
     message: str
     hint: str = ""
-    severity: str = "error"
+    severity: str = "error"  # error | warning | note
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -47,16 +52,37 @@ class SpecError(Exception):
 
     def __init__(self, diagnostics: list[Diagnostic] | tuple[Diagnostic, ...]):
         self.diagnostics = tuple(diagnostics)
-        first = self.diagnostics[0].message if self.diagnostics else "invalid spec"
-        super().__init__(f"{len(self.diagnostics)} error(s); first: {first}")
+        errors = [d for d in self.diagnostics if d.severity == "error"] or self.diagnostics
+        first = errors[0].message if errors else "invalid spec"
+        super().__init__(f"{len(errors)} error(s); first: {first}")
 
 
 class ToolError(Exception):
     """coda itself (or something it drives) failed; the spec may be fine. Exit code 1."""
 
 
+def in_order(diags) -> list[Diagnostic]:
+    """Sort by position; each note stays right after the diagnostic it was added after."""
+    groups: list[list[Diagnostic]] = []
+    for d in diags:
+        if d.severity == "note" and groups:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    groups.sort(key=lambda g: (g[0].line, g[0].col))
+    return [d for g in groups for d in g]
+
+
 def did_you_mean(word: str, candidates, n: int = 1) -> str:
     """Return ``"did you mean 'x'?"`` for the closest candidate, or ``""``."""
+    close = closest(word, candidates, n)
+    if not close:
+        return ""
+    return "did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+
+
+def closest(word: str, candidates, n: int = 1) -> list[str]:
+    """The (at most ``n``) candidates ``word`` is most likely a misspelling of."""
     pool = sorted({str(c) for c in candidates})
     close = difflib.get_close_matches(str(word), pool, n=n, cutoff=0.6)
     if not close and len(str(word)) >= 3:
@@ -65,9 +91,7 @@ def did_you_mean(word: str, candidates, n: int = 1) -> str:
     if not close and len(str(word)) >= 2:
         # One edit away: short names such as 'x2' -> 'x1' fall under difflib's cutoff.
         close = [c for c in pool if _one_edit(str(word), c)][:n]
-    if not close:
-        return ""
-    return "did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    return close
 
 
 def _one_edit(a: str, b: str) -> bool:

@@ -1,7 +1,8 @@
 """Helpers for the reference-algebra tests (also runnable: python tests/algebra.py SPEC...).
 
-``small(checked)`` shrinks static dims (d -> max(d // 16, min(d, 64))) so fp64 CPU runs are fast;
-the shape rules are re-checked at the small sizes. ``mutation_report`` applies every sibling
+``small``/``sizes_of`` live in ``coda_spec.mathcheck`` (``coda check --math`` uses them): static
+dims shrink (d -> max(d // 16, min(d, 64))) so fp64 CPU runs are fast, and the shape rules are
+re-checked at the small sizes. ``mutation_report`` applies every sibling
 mutant and every perturbation and lists the survivors (there must be none).
 """
 
@@ -18,18 +19,10 @@ from coda_spec.equivalence import (
     perturbation_sites,
 )
 from coda_spec.errors import SpecError
-from coda_spec.frontend import Checked, check_file, with_dims
+from coda_spec.frontend import Checked, check_file
+from coda_spec.mathcheck import sizes_of, small
 
-M_SMALL = 48
-
-
-def small(checked: Checked) -> Checked:
-    ov = {d.name: max(d.size // 16, min(d.size, 64)) for d in checked.spec.dims if d.size}
-    return with_dims(checked, ov)
-
-
-def sizes_of(checked: Checked, m: int = M_SMALL) -> dict:
-    return {d.name: (d.size if d.size is not None else m) for d in checked.spec.dims}
+__all__ = ["all_checks", "mutation_report", "sizes_of", "small"]
 
 
 def all_checks(checked: Checked, sizes: dict, perturb=None, drawn=None) -> list:

@@ -326,10 +326,47 @@ def test_junit_is_wellformed_with_failures(checked_specs, tmp_path):
     suite = ET.fromstring(V.junit([bad, good, no_gpu]))
     assert suite.tag == "testsuite"
     cases = suite.findall("testcase")
-    assert int(suite.get("tests")) == len(cases) == len(bad.checks) + len(good.checks) + 1
+    rows = len(bad.checks) + len(good.checks) + len(bad.algebra) + len(good.algebra) + 1
+    assert int(suite.get("tests")) == len(cases) == rows
     failed = [c for c in cases if c.find("failure") is not None]
     assert int(suite.get("failures")) == len(failed) == 1
     assert failed[0].get("name") == "rmsnorm_chain.dims.x1"
     assert "unwritten or non-finite" in failed[0].find("failure").get("message")
     (skip,) = [c for c in cases if c.find("skipped") is not None]
     assert skip.find("skipped").get("message") == 'no CUDA GPU: <kernels> & "not" run'
+
+
+def test_junit_lists_failed_algebra(checked_specs, tmp_path):
+    """An equivalent_to mismatch is a failed JUnit test case, not a silent pass."""
+    rep = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), 4, _dims(RMSNORM))
+    case, out, _, _ = rep.algebra[-1]
+    wrong = V.with_replaced(rep, algebra=rep.algebra[:-1] + ((case, out, 0.5, False),))
+    suite = ET.fromstring(V.junit([wrong]))
+    failed = [c for c in suite.findall("testcase") if c.find("failure") is not None]
+    assert [c.get("name") for c in failed] == [f"rmsnorm_chain.equivalent_to.{case}.{out}"]
+    assert "MISMATCH" in failed[0].find("failure").get("message")
+    assert not wrong.passed
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["exit3", "allow-no-gpu-still-3"])
+def test_cli_without_gpu_wrong_math_fails(allow, checked_specs, tmp_path, monkeypatch):
+    """No GPU and the CPU algebra proof fails: exit 3 with or without --allow-no-gpu, and the
+    JUnit report carries the failure."""
+    directory = _build_dir(tmp_path, RMSNORM, checked_specs[RMSNORM])
+    monkeypatch.setattr(cli, "_has_gpu", lambda: False)
+    junit_path = tmp_path / "v.xml"
+    res = _verify(
+        [
+            directory,
+            "--seed",
+            "2",
+            "--junit",
+            str(junit_path),
+            "--reference-spec",
+            str(ROOT / "tests" / "math_specs" / "wrong_equivalent_swapped.yaml"),
+            *(["--allow-no-gpu"] if allow else []),
+        ]
+    )
+    assert res.exit_code == V.EXIT_NUMERIC, res.output
+    assert "=> FAIL" in res.stdout
+    assert int(ET.parse(junit_path).getroot().get("failures")) >= 1

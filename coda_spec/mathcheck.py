@@ -1,0 +1,208 @@
+"""Stage ``prove`` (``coda check --math``): the fp64 algebra proof of a checked spec, on CPU.
+
+Layer map: cli -> mathcheck -> {equivalence, frontend} -> {reference, expr_eval, inputs}. No
+build and no compiler: this is the CPU gate that CI without a GPU relies on.
+
+Contract
+--------
+``prove(checked) -> MathReport`` runs, at small dims (``small``: every static dim shrunk so the
+fp64 CPU run takes seconds; the shape rules are re-checked at the small sizes), on fresh random
+inputs from a fixed seed:
+
+* forward: every chain output against the ``equivalent_to`` statement that assigns it;
+* backward (a ``backward:`` section): every backward output against ``torch.autograd`` of the
+  forward ``equivalent_to``, including gradients of forward intermediates
+  (``coda_spec.equivalence.check_backward``).
+
+Each output gets one ``Proof``: ``proven`` (relative error <= ``RTOL``), ``mismatch`` or
+``unproven`` (nothing states its math: no ``equivalent_to``, an output it does not assign, a
+backward output that is not a gradient). Nothing is skipped: a mismatch and an unproven output
+both fail the gate (exit 3). ``diagnostics`` locates each failure: a forward output at the
+``equivalent_to`` line that assigns it, a backward output at the step item that writes it.
+
+Why fp64 and small dims: the fused chain and the unfused math are different orders of the same
+arithmetic, so in fp64 they agree to ~1e-15 when the algebra is right and differ by O(1) when it
+is not (a swapped gate/up, a dSwiGLU under a GeGLU forward). Small dims keep every algebraic
+structure (pairs, heads, tiles of the reduction) and make the run take seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from coda_spec.errors import Diagnostic, SpecError
+from coda_spec.frontend import Checked, with_dims
+
+M_SMALL = 48
+SHRINK = (16, 8, 4, 2, 1)  # tried in order until the spec's shape rules hold at the small dims
+
+
+def small(checked: Checked, factors=SHRINK) -> Checked:
+    """``checked`` re-analyzed at small static dims: d -> max(d // f, min(d, 64)).
+
+    The first factor whose dims pass every shape rule wins (f = 1 keeps the spec's own dims).
+    """
+    last = None
+    for f in factors:
+        ov = {d.name: max(d.size // f, min(d.size, 64)) for d in checked.spec.dims if d.size}
+        try:
+            return with_dims(checked, ov)
+        except SpecError as e:
+            last = e
+    raise last
+
+
+def sizes_of(checked: Checked, m: int = M_SMALL) -> dict:
+    """Every dim bound: static dims as declared, dynamic ones (M) to ``m``."""
+    return {d.name: (d.size if d.size is not None else m) for d in checked.spec.dims}
+
+
+@dataclass(frozen=True)
+class Proof:
+    section: str  # "forward" | "backward"
+    output: str
+    status: str  # "proven" | "mismatch" | "unproven"
+    rel_err: float
+    max_abs: float
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "proven"
+
+
+@dataclass(frozen=True)
+class MathReport:
+    spec: str
+    sizes: dict
+    seed: int
+    proofs: tuple  # tuple[Proof, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.proofs) and all(p.ok for p in self.proofs)
+
+    def summary(self) -> str:
+        parts = []
+        for section, what in (("forward", "equal equivalent_to"), ("backward", "equal autograd")):
+            ps = [p for p in self.proofs if p.section == section]
+            if not ps:
+                continue
+            good = [p for p in ps if p.ok]
+            worst = max((p.rel_err for p in good), default=0.0)
+            parts.append(f"{len(good)}/{len(ps)} {section} outputs {what} (worst {worst:.1e})")
+        dims = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        return f"math: {'; '.join(parts) or 'nothing proven'} in fp64 at {dims}"
+
+
+def prove(checked: Checked, seed: int = 0) -> MathReport:
+    """The algebra proof of one checked spec (see the module docstring)."""
+    from coda_spec.equivalence import RTOL, check_backward, check_equivalence, draw
+
+    start = time.perf_counter()
+    spec = checked.spec
+    if spec.equivalent_to is None:
+        proofs = tuple(
+            Proof(section, o.name, "unproven", float("inf"), float("inf"), "no equivalent_to")
+            for section, outs in _sections(spec)
+            for o in outs
+        )
+        return MathReport(spec.name, {}, seed, proofs, time.perf_counter() - start)
+    case = small(checked)
+    sizes = sizes_of(case)
+    drawn = draw(case, sizes, seed)
+    proofs = []
+    got = {c.output: c for c in check_equivalence(case, sizes, drawn=drawn)}
+    for o in spec.outputs:
+        c = got.get(o.name)
+        if c is None:
+            proofs.append(
+                Proof(
+                    "forward",
+                    o.name,
+                    "unproven",
+                    float("inf"),
+                    float("inf"),
+                    f"equivalent_to does not assign '{o.name}'",
+                )
+            )
+        else:
+            proofs.append(_proof("forward", c, RTOL))
+    if spec.backward is not None:
+        proofs += [_proof("backward", c, RTOL) for c in check_backward(case, sizes, drawn=drawn)]
+    return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start)
+
+
+def _sections(spec):
+    yield "forward", spec.outputs
+    if spec.backward is not None:
+        yield "backward", spec.backward.outputs
+
+
+def _proof(section: str, c, rtol: float) -> Proof:
+    if c.note:
+        return Proof(section, c.output, "unproven", c.rel_err, c.max_abs, c.note)
+    status = "proven" if c.rel_err <= rtol else "mismatch"
+    return Proof(section, c.output, status, c.rel_err, c.max_abs)
+
+
+def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
+    """One located error per failed proof (see the module docstring for where each points)."""
+    from coda_spec.expr import ExprError, parse
+
+    spec, src = checked.spec, checked.source
+    assigned = {}
+    if spec.equivalent_to is not None:
+        for target, node in parse(spec.equivalent_to).statements:
+            assigned[target] = node.lineno  # the last assignment wins, as when evaluated
+    if spec.equivalent_to is None:
+        n = len(report.proofs)
+        return [
+            src.diag(
+                ("name",),
+                f"nothing proves this spec's {n} output(s): it has no equivalent_to",
+                "add equivalent_to: the unfused math the chain replaces, in standard ops",
+            )
+        ]
+    dims = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
+    out = []
+    for p in report.proofs:
+        if p.ok:
+            continue
+        if p.status == "mismatch":
+            what = "equivalent_to" if p.section == "forward" else "autograd of equivalent_to"
+            msg = (
+                f"{p.section} output '{p.output}' differs from {what}: rel_err {p.rel_err:.2e}, "
+                f"max abs err {p.max_abs:.2e} (fp64, {dims}, seed {report.seed})"
+            )
+        else:
+            msg = f"{p.section} output '{p.output}' is not proven: {p.note}"
+        if p.section == "forward" and p.output in assigned:
+            from coda_spec.analyze import _program_diag
+
+            hint = (
+                "the fused steps compute something else than this line states; fix the steps "
+                "or the line"
+                if p.status == "mismatch"
+                else ""
+            )
+            err = ExprError(msg, assigned[p.output], 1, hint)
+            out.append(_program_diag(src, ("equivalent_to",), err))
+            continue
+        if p.section == "forward":
+            hint = f"state it: '{p.output} = ...' in equivalent_to"
+            out.append(src.diag(("outputs", p.output), msg, hint, key=True))
+            continue
+        info = checked.analysis.info(p.output)
+        hint = (
+            "the backward steps compute something else than the gradient of the forward math"
+            if p.status == "mismatch"
+            else ""
+        )
+        if info is not None and info.loc is not None and info.loc.path:
+            out.append(src.diag(info.loc.path, msg, hint))
+        else:
+            out.append(src.diag(("backward", "outputs", p.output), msg, hint, key=True))
+    return out

@@ -1,0 +1,182 @@
+"""``coda check --math``: the CPU algebra gate must reject wrong math, forward and backward.
+
+The specs under ``tests/math_specs/`` pass ``coda check`` (they are valid) and would build:
+``wrong_equivalent_swapped`` states ``silu(up) * gate`` for a chain that computes
+``silu(gate) * up``; ``wrong_backward_dswiglu`` runs dSwiGLU under a GeGLU forward.
+``geglu_fwd_bwd`` is the positive control: the same chain with ``dgeglu``, whose produced ``dz``
+is the gradient of the forward intermediate ``z`` (proven, not skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from coda_spec import cli
+from coda_spec.errors import EXIT_MISMATCH, EXIT_OK, EXIT_TOOL_FAILURE
+from coda_spec.frontend import check_file, check_source
+from coda_spec.mathcheck import prove, small
+from coda_spec.source import parse_text
+from tests.conftest import ROOT
+
+MATH = ROOT / "tests" / "math_specs"
+BUNDLED = sorted((ROOT / "specs").glob("*.yaml"))
+
+
+def _check(*args):
+    return CliRunner().invoke(cli.main, ["check", *map(str, args)])
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
+def test_bundled_spec_is_proven(path):
+    report = prove(check_file(path))
+    assert report.ok, [p for p in report.proofs if not p.ok]
+    spec = check_file(path).spec
+    want = len(spec.outputs) + (len(spec.backward.outputs) if spec.backward else 0)
+    assert len(report.proofs) == want  # every output has a proof: none skipped
+
+
+def test_cli_math_all_bundled_specs_exit_0():
+    res = _check("--math", ROOT / "specs")
+    assert res.exit_code == EXIT_OK, res.output
+    assert f"{len(BUNDLED)} valid and proven" in res.output
+    assert "8/8 backward outputs equal autograd" in res.output  # llama_block
+
+
+def test_wrong_equivalent_to_passes_check_but_not_math():
+    path = MATH / "wrong_equivalent_swapped.yaml"
+    assert _check(path).exit_code == EXIT_OK
+    res = _check("--math", path)
+    assert res.exit_code == EXIT_MISMATCH, res.output
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "out = silu(up)" in t)
+    assert f"{path}:{line}:3: error: equivalent_to: forward output 'out' differs" in res.output
+    assert re.search(r"rel_err \d\.\d\de-0[0-2]", res.output)  # an O(1) error, not rounding
+    assert "      out = silu(up) * gate\n      ^" in res.output
+    assert re.findall(r"output '(\w+)' differs", res.output) == ["out"]  # z is right
+
+
+def test_wrong_backward_passes_check_but_not_math():
+    path = MATH / "wrong_backward_dswiglu.yaml"
+    assert _check(path).exit_code == EXIT_OK
+    res = _check("--math", path)
+    assert res.exit_code == EXIT_MISMATCH, res.output
+    lines = path.read_text().splitlines()
+    store_dz = next(i for i, t in enumerate(lines, 1) if "{store: dz}" in t)
+    assert f"{path}:{store_dz}:11: error: backward.steps[0].body[3]: backward output 'dz'" in (
+        res.output
+    )
+    assert sorted(re.findall(r"backward output '(\w+)' differs", res.output)) == [
+        "dh",
+        "dw_gu",
+        "dz",
+    ]
+    # the forward is right: only the backward is blamed
+    assert "forward output" not in res.output
+
+
+def test_gradient_of_an_intermediate_is_proven():
+    """dz is the gradient of the forward intermediate z: proven against autograd, and a wrong
+    dz is caught (the wrong spec above); it was silently skipped before."""
+    report = prove(check_file(MATH / "geglu_fwd_bwd.yaml"))
+    assert report.ok
+    bwd = {p.output: p for p in report.proofs if p.section == "backward"}
+    assert set(bwd) == {"dz", "dh", "dw_gu"}
+    assert bwd["dz"].rel_err < 1e-12
+
+
+def test_math_json_format():
+    res = _check("--math", "--format", "json", MATH / "wrong_equivalent_swapped.yaml")
+    assert res.exit_code == EXIT_MISMATCH
+    (d,) = json.loads(res.stdout)
+    assert d["path"] == "equivalent_to" and "forward output 'out' differs" in d["message"]
+
+
+SPEC = """\
+coda: 1
+name: scaled
+dims: {M: dynamic, D: 1024}
+tensors:
+  x: {shape: [M, D], dtype: bf16}
+  w: {shape: [D, D], dtype: bf16}
+steps:
+  - kernel: k
+    gemm: {a: x, b: w.T}
+    epilogue:
+      - {store: acc, to: y}
+      - {relu: acc, as: r}
+      - {store: r}
+outputs: {y: bf16, r: bf16}
+"""
+
+
+def _checked(text):
+    return check_source(parse_text("t.yaml", text))
+
+
+def test_no_equivalent_to_is_unproven(tmp_path):
+    f = tmp_path / "noeq.yaml"
+    f.write_text(SPEC)
+    assert _check(f).exit_code == EXIT_OK
+    res = _check("--math", f)
+    assert res.exit_code == EXIT_MISMATCH
+    assert "nothing proves this spec's 2 output(s): it has no equivalent_to" in res.output
+
+
+def test_output_missing_from_equivalent_to_is_unproven(tmp_path):
+    f = tmp_path / "half.yaml"
+    f.write_text(SPEC + "equivalent_to: |\n  y = x @ w.T\n")
+    res = _check("--math", f)
+    assert res.exit_code == EXIT_MISMATCH, res.output
+    assert "forward output 'r' is not proven: equivalent_to does not assign 'r'" in res.output
+    assert f"{f}:14:" in res.output  # at outputs.r
+
+
+def test_right_equivalent_to_is_proven(tmp_path):
+    f = tmp_path / "ok.yaml"
+    f.write_text(SPEC + "equivalent_to: |\n  y = x @ w.T\n  r = relu(x @ w.T)\n")
+    res = _check("--math", f)
+    assert res.exit_code == EXIT_OK, res.output
+    assert "2/2 forward outputs equal equivalent_to" in res.output
+
+
+def test_backward_output_that_is_not_a_gradient():
+    """A backward output outside backward.grads: a warning from check, unproven for --math."""
+    text = (MATH / "geglu_fwd_bwd.yaml").read_text()
+    text = text.replace("    dw_gu: w_gu\n", "")
+    checked = _checked(text)
+    warn = [w for w in checked.analysis.warnings if "dw_gu" in w.message]
+    assert warn and "cannot prove it" in warn[0].message
+    report = prove(checked)
+    (bad,) = [p for p in report.proofs if not p.ok]
+    assert bad.output == "dw_gu" and bad.status == "unproven"
+    assert "not a gradient" in bad.note
+
+
+def test_small_dims_keep_shape_rules():
+    c = small(check_file(ROOT / "specs" / "f7_qk_norm_rope.yaml"))
+    sizes = c.spec.dim_sizes()
+    assert sizes["D"] % sizes["head_dim"] == 0 and sizes["D"] <= 4096 // 8
+
+
+def test_math_without_torch_is_a_tool_failure(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a)
+    )
+    res = _check("--math", ROOT / "specs" / "f8_scale.yaml")
+    assert res.exit_code == EXIT_TOOL_FAILURE
+    assert "needs PyTorch (the CPU build is enough)" in res.output
+
+
+def test_help_summaries_are_whole_sentences():
+    """``coda --help`` lists each command with a complete one-line summary (no '...')."""
+    res = CliRunner().invoke(cli.main, ["--help"])
+    block = res.output.split("Commands:", 1)[1].strip().splitlines()
+    assert {ln.split()[0] for ln in block} == set(cli.main.commands)
+    for ln in block:
+        assert ln.rstrip().endswith(".") and not ln.rstrip().endswith("..."), ln
