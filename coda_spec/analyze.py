@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from coda_spec.analyze_steps import StepWalker, TensorInfo
 from coda_spec.dims import DimError, fold
-from coda_spec.errors import Diagnostic, SpecError, did_you_mean
+from coda_spec.errors import Diagnostic, SpecError, did_you_mean, in_order
 from coda_spec.expr import ExprError, check, parse
 from coda_spec.ir import Spec
 from coda_spec.primitives import registry
@@ -285,8 +285,17 @@ def _check_programs(src, spec, tensors, diags, warnings, produced=frozenset()):
             )
 
 
-def _backward_scope(src, spec, fwd_tensors, inputs, diags) -> dict:
+def _backward_scope(src, spec, fwd_tensors, inputs, diags, warnings) -> dict:
+    """The names a backward section starts from: saved forward tensors and incoming gradients.
+
+    Gradient direction is declared, never inferred from what the steps happen to write: a
+    ``backward.grads`` entry listed in ``backward.outputs`` is PRODUCED by the backward steps;
+    every other entry is INCOMING (a cotangent the caller passes). Each error names the
+    direction a gradient was taken as and why, so a typo in a ``to:`` cannot silently turn a
+    produced gradient into a required input.
+    """
     bw = spec.backward
+    prims = registry()
     scope = {}
     for i, name in enumerate(bw.save):
         if name not in fwd_tensors:
@@ -299,7 +308,11 @@ def _backward_scope(src, spec, fwd_tensors, inputs, diags) -> dict:
             )
         else:
             scope[name] = fwd_tensors[name]
-    produced = {n for s in bw.steps for n, _ in _productions(s, registry())}
+    writers = {n: (s, path) for s in bw.steps for n, path in _productions(s, prims)}
+    reads = {n for s in bw.steps for n in _consumptions(s, prims)}
+    bouts = {o.name for o in bw.outputs}
+    grad_names = {g for g, _ in bw.grads}
+    reported = set()  # produced gradients no step writes: reported here, not as outputs
     for grad, of in bw.grads:
         path = ("backward", "grads", grad)
         if of not in fwd_tensors:
@@ -320,17 +333,73 @@ def _backward_scope(src, spec, fwd_tensors, inputs, diags) -> dict:
                 )
             )
             continue
-        f = fwd_tensors[of]
-        if grad not in produced:
-            scope[grad] = TensorInfo(
-                grad,
-                f.shape,
-                f.dtype if f.dtype not in INDEX_DTYPES else "fp32",
-                "grad_in",
-                "",
-                src_loc(src, path),
+        if grad in bouts:
+            if grad not in writers:
+                unread = sorted(n for n in writers if n not in grad_names)
+                hint = did_you_mean(grad, unread)
+                diags.append(
+                    src.diag(
+                        ("backward", "outputs", grad),
+                        f"'{grad}' is a produced gradient of '{of}' (backward.outputs lists "
+                        "it), but no backward step writes it",
+                        (hint + " " if hint else "")
+                        + f"write it with '- {{store: ..., to: {grad}}}', or remove it from "
+                        "backward.outputs if it is an incoming gradient",
+                        key=True,
+                    )
+                )
+                reported.add(grad)
+            continue
+        if grad in writers:
+            step, wpath = writers[grad]
+            diags.append(
+                src.diag(
+                    wpath,
+                    f"'{grad}' is an incoming gradient (backward.outputs does not list it), "
+                    f"but step '{step.name}' writes it",
+                    f"if the backward produces the gradient of '{of}', add '{grad}' to "
+                    "backward.outputs; if it is incoming, write another name",
+                )
             )
-    return scope
+            continue
+        if grad not in reads:
+            unread = sorted(n for n in writers if n not in grad_names)
+            hint = did_you_mean(grad, unread)
+            diags.append(
+                src.diag(
+                    path,
+                    f"'{grad}' is taken as an incoming gradient of '{of}' (backward.outputs "
+                    "does not list it), but no backward step reads it",
+                    (hint + " " if hint else "")
+                    + f"if the backward produces '{grad}', list it in backward.outputs",
+                    key=True,
+                )
+            )
+        f = fwd_tensors[of]
+        scope[grad] = TensorInfo(
+            grad,
+            f.shape,
+            f.dtype if f.dtype not in INDEX_DTYPES else "fp32",
+            "grad_in",
+            "",
+            src_loc(src, path),
+        )
+    for o in bw.outputs:
+        if o.name not in grad_names:
+            warnings.append(
+                Diagnostic(
+                    src.file,
+                    o.loc.line,
+                    o.loc.col,
+                    f"backward.outputs.{o.name}",
+                    f"backward output '{o.name}' is not in backward.grads, so "
+                    "'coda check --math' cannot prove it",
+                    did_you_mean(o.name, grad_names)
+                    or f"declare it as '{o.name}: <forward tensor>' in backward.grads",
+                    severity="warning",
+                )
+            )
+    return scope, reported
 
 
 def src_loc(src, path):
@@ -340,7 +409,31 @@ def src_loc(src, path):
     return Loc(line, col, path)
 
 
-def _check_outputs(src, outputs, tensors, produced, diags, section=("outputs",), failed=()):
+def _value_sites(steps, prims) -> dict:
+    """Epilogue (host body) value name -> the last step computing it, for 'store it' hints."""
+    sites = {}
+    for step in steps:
+        if step.kind == "finalize":
+            continue
+        for op in step.epilogue if step.kind == "kernel" else step.body:
+            p = prims[op.prim]
+            if p.results != "none" and p.family != "reduction":
+                sites.update(dict.fromkeys(op.results, step))
+    return sites
+
+
+def _store_hint(name, sites) -> str:
+    step = sites.get(name)
+    if step is None:
+        return ""
+    what = "kernel" if step.kind == "kernel" else "host step"
+    return f"add `- {{store: {name}}}` to {what} '{step.name}' (line {step.loc.line})"
+
+
+def _check_outputs(
+    src, outputs, tensors, produced, diags, section=("outputs",), failed=(), steps=()
+):
+    sites = _value_sites(steps, registry())
     for o in outputs:
         path = section + (o.name,)
         info = tensors.get(o.name)
@@ -356,7 +449,7 @@ def _check_outputs(src, outputs, tensors, produced, diags, section=("outputs",),
                 )
             )
         elif o.name not in produced:
-            hint = did_you_mean(o.name, produced)
+            hint = _store_hint(o.name, sites) or did_you_mean(o.name, produced)
             diags.append(src.diag(path, f"output '{o.name}' is never written", hint, key=True))
         elif info.origin == "partial":
             diags.append(
@@ -394,13 +487,13 @@ def analyze(src: Source, spec: Spec) -> Analysis:
     fwd = dict(tensors)
     fwd.update({t.name: t for t in walker.produced})
     produced = {t.name for t in walker.produced}
-    _check_outputs(src, spec.outputs, fwd, produced, diags, failed=declared)
+    _check_outputs(src, spec.outputs, fwd, produced, diags, failed=declared, steps=spec.steps)
     walker.check_unused(spec, set(outputs), warnings)
     _check_programs(src, spec, tensors, diags, warnings, produced)
     bsteps: tuple = ()
     all_tensors = list(fwd.values())
     if spec.backward is not None:
-        scope = _backward_scope(src, spec, fwd, tensors, diags)
+        scope, unwritten = _backward_scope(src, spec, fwd, tensors, diags, warnings)
         bknown = {n: f"forward tensor '{n}'" for n in fwd}
         bknown.update(
             {n: f"gradient input '{n}'" for n, t in scope.items() if t.origin == "grad_in"}
@@ -422,9 +515,10 @@ def analyze(src: Source, spec: Spec) -> Analysis:
             {t.name for t in bwalker.produced},
             diags,
             ("backward", "outputs"),
-            failed=bdeclared,
+            failed=bdeclared | unwritten,
+            steps=spec.backward.steps,
         )
         all_tensors += grads_in + list(bwalker.produced)
     if diags:
-        raise SpecError(sorted(diags, key=lambda d: (d.line, d.col)))
+        raise SpecError(in_order(diags))
     return Analysis(spec, tuple(all_tensors), steps, bsteps, tuple(warnings))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coda_spec.dims import DimError, fold, show
-from coda_spec.errors import Diagnostic, did_you_mean
+from coda_spec.errors import Diagnostic, closest, did_you_mean
 from coda_spec.finalize import NEEDS_N
 from coda_spec.ir import Loc
 from coda_spec.primitives._reduce import FOLDS
@@ -78,6 +78,14 @@ def _load_hint(info, rows=None) -> str:
     return f"load it first: - {{{prim}: {info.name}}}"
 
 
+def _shape_expr(data, name, idx):
+    """The dim expression a tensor declares at ``idx`` (as written), or None."""
+    try:
+        return data["tensors"][name]["shape"][idx]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
 def _flat(values):
     for v in values:
         if isinstance(v, list):
@@ -96,11 +104,18 @@ class StepWalker:
         self.consumed: dict = {}  # name -> (step, new name)
         self.finalized: set = set()
         self.rows = None  # rows of the step being walked (for load hints)
+        self.width_src = None  # (tensor, dim index) the step's width comes from (for notes)
         self.unknown: set = set()  # unknown tensor names, reported once at their first use
+        # Where this walker's outputs are declared (the backward walker gets the forward tensors).
+        self.out_section = ("outputs",) if forward is None else ("backward", "outputs")
 
     # -- helpers -------------------------------------------------------------------------------
     def err(self, path, msg, hint="", key=False):
         self.diags.append(self.src.diag(path, msg, hint, key=key))
+
+    def note(self, path, msg, hint=""):
+        """A note explaining the error just reported, at a second place (a declaration)."""
+        self.diags.append(self.src.diag(path, msg, hint, severity="note"))
 
     def tensor(self, name, scope, path, quiet):
         """Resolve a chain tensor reference or report why it cannot be read here."""
@@ -214,6 +229,12 @@ class StepWalker:
                 return self._failed(step, scope)
             rows, width, k, dtype = shape
             env["acc"] = [VType("tile", width), step.gemm.loc, True]
+            b = step.gemm.b
+            self.width_src = (
+                scope.get(b.name),
+                0 if b.transposed else 1,
+                "the accumulator width {w} is the GEMM's N",
+            )
             ops = step.epilogue
         else:
             over = self.tensor(step.over, scope, step.loc.path + ("over",), quiet)
@@ -226,6 +247,7 @@ class StepWalker:
                 )
                 return self._failed(step, scope)
             (rows, width), k = over.shape, None
+            self.width_src = (over, 1, f"host step '{step.name}' is {{w}} wide")
             dtype = over.dtype if over.dtype not in INDEX_DTYPES else "fp32"
             ops = step.body
         tc = _TypeCtx(rows, width, self.sizes, is_kernel)
@@ -234,8 +256,11 @@ class StepWalker:
         for op in ops:
             wrote |= self._op(step, op, env, scope, quiet, tc, dtype, reads, writes)
         if not wrote:
+            outs = [n for n in env if n in self.outputs]
             self.err(
-                step.loc.path, f"step '{step.name}' writes nothing", "add a store or a reduction"
+                step.loc.path,
+                f"step '{step.name}' writes nothing",
+                f"add `- {{store: {outs[0]}}}`" if outs else "add a store or a reduction",
             )
         for name, (_t, loc, used) in env.items():
             if not used:
@@ -261,6 +286,27 @@ class StepWalker:
             k,
             mode,
             values,
+        )
+
+    def _width_note(self, width):
+        """Point at where an (odd) step width is declared: the tensor whose shape sets it."""
+        info, idx, what = self.width_src or (None, 0, "")
+        if info is None or not isinstance(width, int):
+            return
+        if info.origin != "input":
+            by = f" by step '{info.producer}'" if info.producer else ""
+            what = what.format(w=width)
+            self.note(info.loc.path, f"{what}: the width of '{info.name}', written here{by}")
+            return
+        expr = _shape_expr(self.src.data, info.name, idx)
+        shown = f" ({expr})" if isinstance(expr, str) else ""
+        hint = f"make it even, e.g. {width + 1}"
+        if isinstance(expr, str) and expr.isidentifier():
+            hint = f"make {expr} even under dims:, e.g. {expr}: {width + 1}"
+        self.note(
+            ("tensors", info.name, "shape", idx),
+            f"{what.format(w=width)}: dim {idx} of '{info.name}'{shown}, declared here",
+            hint,
         )
 
     def _failed(self, step, scope):
@@ -370,6 +416,8 @@ class StepWalker:
                 results = p.infer(tc, op, ins, tensors)
             except TypeProblem as e:
                 self.err(path + ((e.key,) if e.key else ()), e.message, e.hint)
+                if e.width is not None and e.width == tc.width:
+                    self._width_note(e.width)
         if p.results == "none":
             vt = results[0] if results is not None else VType("unknown")
             self._store(step, op, vt, tensors, scope, tc, dtype, writes)
@@ -442,11 +490,19 @@ class StepWalker:
         declared = op.get("dtype")
         want = self.outputs.get(to)
         if declared and want and declared != want:
-            self.err(
-                path + ("dtype",),
-                f"store writes {declared} but outputs declares '{to}' as {want}",
-                "make them agree",
-            )
+            if declared == default:  # the store restates its natural dtype: outputs is off
+                self.err(
+                    self.out_section + (to,),
+                    f"outputs declares '{to}' as {want} but step '{step.name}' stores it as "
+                    f"{declared} (line {op.loc.line})",
+                    f"declare '{to}: {declared}', or store it with dtype: {want}",
+                )
+            else:
+                self.err(
+                    path + ("dtype",),
+                    f"store writes {declared} but outputs declares '{to}' as {want}",
+                    "make them agree",
+                )
             declared = want  # reported here; the outputs check stays quiet
         dt = declared or want or default
         if vt.kind == "tile":
@@ -454,7 +510,13 @@ class StepWalker:
         init = op.get("add_to")
         if init is not None and tensors.get("add_to") is not None:
             t = tensors["add_to"]
-            if vt.kind != "unknown" and (tuple(t.shape) != shape or t.dtype != dt):
+            if vt.kind != "unknown" and tuple(t.shape) == shape and t.dtype != dt:
+                self.err(
+                    path + ("add_to",),
+                    f"add_to target '{init}' is {t.dtype} but the store writes {dt}",
+                    self._add_to_fixes(op, t, dt, want),
+                )
+            elif vt.kind != "unknown" and tuple(t.shape) != shape:
                 self.err(
                     path + ("add_to",),
                     f"add_to target '{init}' is {t.dtype} "
@@ -469,8 +531,30 @@ class StepWalker:
         scope[to] = info
         writes.append(to)
 
+    @staticmethod
+    def _add_to_fixes(op, target, dt, want) -> str:
+        """Both ways out of an add_to dtype mismatch: retype the store, or the target."""
+        to, need = op.get("to"), target.dtype
+        if op.get("dtype") and want:
+            store = f"change the store's dtype to {need} and declare '{to}: {need}' in outputs"
+        elif op.get("dtype"):
+            store = f"change the store's dtype to {need} (dtype: {need})"
+        elif want:
+            store = f"declare '{to}: {need}' in outputs (the store's dtype follows it)"
+        else:
+            store = f"store it as {need} (add dtype: {need} to the store)"
+        if target.origin == "input":
+            other = f"declare tensor '{target.name}' as {dt}"
+        elif target.origin == "stored":
+            other = f"store '{target.name}' as {dt} in step '{target.producer}'"
+        else:
+            other = f"make '{target.name}' {dt}"
+        return f"{store}, or {other}"
+
     def finalize(self, step, scope, quiet):
         path = step.loc.path
+        if self._finalize_typo(step, scope, quiet):
+            return self._failed_finalize(step, scope)
         info = self.tensor(step.of, scope, path + ("of",), quiet)
         if info is None:
             return self._failed_finalize(step, scope)
@@ -502,10 +586,11 @@ class StepWalker:
                 self.err(path + ("n",), str(e), e.hint)
         shape = info.shape
         want = self.outputs.get(step.result)
-        if want and want != "fp32":
+        if want and want != "fp32":  # the outputs entry is what is wrong: point at its dtype
             self.err(
-                path + ("as",),
-                f"finalize results are fp32; outputs declares '{step.result}' as {want}",
+                self.out_section + (step.result,),
+                f"finalize results are fp32; outputs declares '{step.result}' as {want} "
+                f"(the finalize at line {step.loc.line})",
                 f"declare it '{step.result}: fp32'",
             )
         # On a mismatch (reported above) record the declared dtype: the outputs check stays quiet.
@@ -514,6 +599,32 @@ class StepWalker:
             self.produced.append(out)
             scope[step.result] = out
         return StepInfo(step.name, "finalize", (step.of,), (step.result,), rows)
+
+    def _finalize_typo(self, step, scope, quiet) -> bool:
+        """A finalize whose ``of`` misspells a pending partial: report the typo (naming the
+        partial) and count that partial as finalized, so no 'never finalized' knock-on follows."""
+        name = step.of
+        known = (scope, self.consumed, quiet, self.unknown, self.forward)
+        if any(name in names for names in known):
+            return False
+        pending = {
+            t.name: t
+            for t in self.produced
+            if t.origin == "partial" and t.name not in self.finalized
+        }
+        close = closest(name, pending)
+        if not close:
+            return False
+        t = pending[close[0]]
+        self.err(
+            step.loc.path + ("of",),
+            f"unknown tensor '{name}'",
+            f"did you mean '{t.name}'? (the {t.partial[1]} partial of step '{t.producer}', "
+            f"line {t.loc.line})",
+        )
+        self.unknown.add(name)
+        self.finalized.add(t.name)
+        return True
 
     def _failed_finalize(self, step, scope):
         """Like _failed, for a finalize whose input is missing (already reported)."""

@@ -147,7 +147,8 @@ def check(paths, fmt, quiet, math):
         click.echo(json.dumps([d.to_json() for d in diags], indent=2))
     else:
         for d in diags:
-            click.echo(render_text(d, lines_of.get(d.file)), err=d.severity == "error")
+            # A note explains the error before it, so it goes where the error goes.
+            click.echo(render_text(d, lines_of.get(d.file)), err=d.severity != "warning")
         errors = sum(d.severity == "error" for d in diags)
         if not quiet or errors:
             proof = f", {wrong} with wrong or unproven math" if math else ""

@@ -104,9 +104,29 @@ def _eval(node: ast.expr, sizes: dict[str, int | None], text: str) -> int:
         if isinstance(node.op, ast.Mult):
             return a * b
         if b == 0 or a % b:
-            raise DimError(f"{text!r} is not an exact integer ({a} / {b})")
+            exact = f" = {a / b:.2f}" if b else ""
+            raise DimError(
+                f"{text!r} is not an exact integer ({a} / {b}{exact})", _round_hint(a, b, sizes)
+            )
         return a // b
     raise DimError(f"unsupported dim expression {text!r}", "use names, integers and + - * /")
+
+
+def _round_hint(a: int, b: int, sizes) -> str:
+    """How to round an inexact quotient: a new dim at the next multiple of 256 (or 8)."""
+    if b == 0:
+        return "division by zero"
+    if a <= 0 or b < 0:
+        return "pick dims that divide exactly"
+    name = next((n for n in ("F", "N", "W", "R", "NEW_DIM") if n not in sizes), "NEW_DIM")
+    up8, up256 = -(-a // (8 * b)) * 8, -(-a // (256 * b)) * 256
+    sizes_ = f"{name}: {up8} (the next multiple of 8)"
+    if a >= 256 * b and up256 != up8:
+        sizes_ = f"{name}: {up256} (the next multiple of 256) or {sizes_}"
+    return (
+        f"round it: declare a dim under dims:, e.g. {sizes_}, and write {name} here, "
+        "or pick dims that divide exactly"
+    )
 
 
 def evaluate(expr: int | str, sizes: dict[str, int]) -> int:

@@ -59,9 +59,16 @@ class Source:
             p = p[:-1]
         return self.marks.get((), (1, 1))
 
-    def diag(self, path: tuple, message: str, hint: str = "", key: bool = False) -> Diagnostic:
+    def diag(
+        self,
+        path: tuple,
+        message: str,
+        hint: str = "",
+        key: bool = False,
+        severity: str = "error",
+    ) -> Diagnostic:
         line, col = self.where(path, key=key)
-        return Diagnostic(self.file, line, col, format_path(path), message, hint)
+        return Diagnostic(self.file, line, col, format_path(path), message, hint, severity)
 
 
 def _err(file: str, line: int, col: int, message: str, hint: str = "") -> SpecError:

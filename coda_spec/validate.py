@@ -13,6 +13,7 @@ did-you-mean where a name was expected. The semantic half lives in ``analyze``.
 from __future__ import annotations
 
 import copy
+import math
 
 from jsonschema import Draft202012Validator
 
@@ -85,11 +86,19 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
         out = []
         for key in inst:
             if key not in allowed:
-                hint = did_you_mean(key, allowed) or ("allowed keys: " + ", ".join(sorted(allowed)))
+                hint = (
+                    _level_hint(src, path, key)
+                    or did_you_mean(key, allowed)
+                    or ("allowed keys: " + ", ".join(sorted(allowed)))
+                )
                 if " " in key.strip():
                     hint = "a comma inside {...} splits the mapping; quote the text that holds it"
                 out.append(src.diag(path + (key,), f"unknown key '{key}'", hint, key=True))
         return out
+    if v == "type" and len(path) == 2 and path[0] == "tensors" and not isinstance(inst, dict):
+        slipped = _tensor_slip(src, path[1])
+        if slipped is not None:
+            return slipped
     if v == "required":
         missing = [k for k in error.validator_value if isinstance(inst, dict) and k not in inst]
         hints = {"as": "name the result, e.g. as: y", "coda": "start the file with 'coda: 1'"}
@@ -116,6 +125,8 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
             if isinstance(inst, (bool, int, float)) and "string" in str(error.validator_value)
             else ""
         )
+        if isinstance(inst, str) and str(error.validator_value) in ("number", "integer"):
+            hint = _number_hint(path, inst, error.validator_value)
         return [src.diag(path, f"expected {want}, got {_describe(inst)}", hint)]
     if v == "pattern" and "propertyNames" in error.relative_schema_path:
         # A mapping key is not a name: point at the key itself, not at the mapping.
@@ -155,6 +166,112 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
     if v == "minProperties":
         return [src.diag(path, "must not be empty")]
     return [src.diag(path, error.message)]
+
+
+_NUMBER_EXAMPLES = {"eps": "1.0e-6", "by": "0.5", "ignore_index": "-100"}
+
+
+def _number_hint(path: tuple, text: str, want: str) -> str:
+    """A word where a number belongs: show a number (or the quotes to remove)."""
+    key = path[-1] if path and isinstance(path[-1], str) else ""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is not None and math.isfinite(value) and (want == "number" or value.is_integer()):
+        return f"remove the quotes: {key + ': ' if key else ''}{text.strip()}"
+    example = _NUMBER_EXAMPLES.get(key, "1.0e-6" if want == "number" else "4096")
+    what = "an integer" if want == "integer" else "a number"
+    return f"write {what}, e.g. " + (f"{key}: {example}" if key else example)
+
+
+# Keys that belong to one level of a spec: a key found at another level is an indentation slip.
+_TENSOR_KEYS = ("shape", "dtype", "range", "ignore_index", "derive", "doc")
+_TOP_KEYS = ("dims", "tensors", "steps", "outputs", "equivalent_to", "backward")
+_STEP_KEYS = ("gemm", "epilogue", "over", "body")
+_BACKWARD_KEYS = ("save", "grads", "steps", "outputs")
+
+
+def _level_hint(src: Source, path: tuple, key: str) -> str:
+    """An unknown ``key`` that is a known key of another level: say where it belongs."""
+    if path and path[0] == "backward" and len(path) > 1 and key in _BACKWARD_KEYS:
+        return f"'{key}' belongs directly under backward:; unindent it to backward's other keys"
+    if path and key in _TOP_KEYS:
+        return f"'{key}' is a top-level key; unindent it to column 1"
+    if path in ((), ("backward",)) and key in _STEP_KEYS:
+        section = path + ("steps",)
+        steps = _get(src.data, section)
+        if isinstance(steps, list) and steps:
+            line, _ = src.where(section + (len(steps) - 1,))
+            return f"'{key}' belongs to a step; indent it under the step at line {line}"
+        return f"'{key}' belongs to a step; indent it under one in steps:"
+    if path == () and key in _TENSOR_KEYS:
+        return f"'{key}' belongs to a tensor; indent it under one in tensors:"
+    if path == () and key in ("save", "grads"):
+        return f"'{key}' belongs under backward:; indent it there"
+    return ""
+
+
+def _get(data, path: tuple):
+    for part in path:
+        if not isinstance(data, (dict, list)):
+            return None
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _tensor_slip(src: Source, name: str) -> list[Diagnostic] | None:
+    """A tensor entry that is not a mapping, at the level of tensor names: explain the indent.
+
+    ``derive: ...`` (any per-tensor key) indented like a tensor name becomes a tensor of that
+    name; a tensor name whose keys were not indented becomes an empty tensor. Returns the
+    diagnostics (possibly none: an empty tensor above already explains a slipped key), or None
+    when this is not an indentation slip.
+    """
+    tensors = src.data.get("tensors")
+    names = list(tensors) if isinstance(tensors, dict) else []
+    if name not in names:
+        return None
+    value = tensors[name]
+    if value is None and name not in _TENSOR_KEYS:
+        below = []
+        for later in names[names.index(name) + 1 :]:
+            if later not in _TENSOR_KEYS:
+                break
+            below.append(later)
+        if not below:
+            return None
+        return [
+            src.diag(
+                ("tensors", name),
+                f"tensor '{name}' is empty",
+                f"indent {', '.join(repr(k) for k in below)} under '{name}' "
+                "(its keys sit at the level of tensor names)",
+                key=True,
+            )
+        ]
+    if name not in _TENSOR_KEYS:
+        return None
+    owner = next((n for n in reversed(names[: names.index(name)]) if n not in _TENSOR_KEYS), None)
+    path = ("tensors", name)
+    msg = f"'{name}' is at the level of tensor names, so it reads as a tensor"
+    if owner is None:
+        hint = f"put '{name}' under a tensor name, e.g. x: {{shape: [M, D], dtype: bf16}}"
+        return [src.diag(path, msg, hint, key=True)]
+    if tensors[owner] is None:
+        return []  # the empty tensor above is reported with the fix
+    first = next(iter(tensors[owner]), None) if isinstance(tensors[owner], dict) else None
+    hint = f"indent '{name}' under tensor '{owner}'"
+    if first is not None:
+        line, col = src.where(("tensors", owner, first), key=True)
+        if line != src.where(("tensors", owner), key=True)[0]:
+            hint += f" (column {col}, like its '{first}')"
+        else:
+            hint = f"move '{name}' into tensor '{owner}''s {{...}}"
+    return [src.diag(path, msg, hint, key=True)]
 
 
 def _anyof_hint(options) -> str:
@@ -278,7 +395,27 @@ def validate_source(src: Source) -> None:
             for i, step in enumerate(node):
                 _check_step(ck, src, section + (i,), step, out)
     if out:
-        raise SpecError(sorted(_dedupe(out), key=lambda d: (d.line, d.col)))
+        raise SpecError(sorted(_dedupe(_drop_knock_ons(out)), key=lambda d: (d.line, d.col)))
+
+
+def _drop_knock_ons(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """A key reported as indented to the wrong level is not also 'missing' where it belongs."""
+    slipped = {
+        d.path.rsplit(".", 1)[-1]
+        for d in diags
+        if "indent" in d.hint and (d.message.startswith("unknown key") or "level of" in d.message)
+    }
+    return [
+        d
+        for d in diags
+        if not (d.message.startswith("missing required key '") and _quoted(d.message) in slipped)
+    ]
+
+
+def _quoted(message: str) -> str:
+    """The first 'quoted' word of a message."""
+    parts = message.split("'")
+    return parts[1] if len(parts) > 2 else ""
 
 
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:

@@ -64,13 +64,18 @@ class VType:
 
 
 class TypeProblem(Exception):
-    """A typing rule failed. ``key`` names the op field at fault (for the caret)."""
+    """A typing rule failed. ``key`` names the op field at fault (for the caret); ``width`` is
+    the tile width at fault when the problem is that width (analyze traces it to a declared
+    shape and adds a note there)."""
 
-    def __init__(self, message: str, key: str | None = None, hint: str = ""):
+    def __init__(
+        self, message: str, key: str | None = None, hint: str = "", width: int | None = None
+    ):
         super().__init__(message)
         self.message = message
         self.key = key
         self.hint = hint
+        self.width = width
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ def need_even(t: VType, what: str, key: str | None = None) -> int | str:
             f"{what} works on adjacent column pairs; width {w} is odd",
             key,
             "pair modes need an even N",
+            width=w,
         )
     return w
 
