@@ -1,11 +1,20 @@
 """The artifact format: ``manifest.json`` of a build directory (written by build, read by runtime).
 
 A manifest is the complete calling contract of a built chain; the runtime reads nothing else
-(plus ``spec.yaml`` for host steps). Format version ``FORMAT_VERSION``; readers refuse others.
+(plus ``spec.yaml`` for host steps). Format version ``FORMAT_VERSION``; readers accept the
+versions in ``READABLE_FORMATS`` and refuse others.
+
+Format history: 2 added ``grads_in`` and ``backward_outputs`` (the runtime runs backward
+sections). 3 adds ``required`` to every entry of ``inputs``: true when some forward or backward
+step reads the input (a GEMM operand, a host step's ``over``, or an epilogue item's tensor),
+false for inputs only ``derive`` expressions or ``equivalent_to`` read. The runtime requires the
+former and accepts, but ignores and does not validate, the latter. A format-2 manifest has no
+``required``: every input is required.
 
 Top level: ``format``, ``name``, ``digest`` (spec content hash), ``versions`` (coda, quack,
 cutlass-dsl, tvm-ffi), ``config`` (tile/cluster/schedule), ``library`` (the .so), ``dims``,
-``inputs``/``outputs`` (name, shape expression, dtype), ``tensors`` (every chain tensor), ``steps``
+``inputs`` (name, shape expression, dtype, ``ignore_index``, ``required``), ``outputs`` (name,
+shape expression, dtype), ``tensors`` (every chain tensor), ``steps``
 and ``backward_steps`` (in order), ``grads_in``/``backward_outputs`` (the backward section's
 incoming and outgoing gradients) and ``links`` (producer step -> consumer step, tensor).
 
@@ -28,7 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-FORMAT_VERSION = 2  # 2: grads_in and backward_outputs (the runtime runs backward sections)
+FORMAT_VERSION = 3  # 2: grads_in, backward_outputs; 3: inputs[].required
+READABLE_FORMATS = (2, 3)  # a format-2 manifest reads as "every input required"
 MANIFEST = "manifest.json"
 
 
@@ -94,10 +104,31 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis) -> dict
     }
 
 
+def step_reads(checked) -> set:
+    """Every chain tensor some forward or backward step reads: GEMM operands, host steps'
+    ``over``, epilogue items' tensors (the ``reads`` of the analysis, add_to included)."""
+    spec, a = checked.spec, checked.analysis
+    reads: set = set()
+    for s in list(spec.steps) + list(spec.backward.steps if spec.backward else ()):
+        if s.kind == "kernel":
+            reads |= {s.gemm.a.name, s.gemm.b.name}
+        elif s.kind == "host":
+            reads.add(s.over)
+    for info in list(a.steps) + list(a.backward_steps):
+        reads |= set(info.reads)
+    return reads
+
+
+def input_required(entry: dict) -> bool:
+    """Whether the runtime requires a manifest input (format 2 has no flag: all are)."""
+    return bool(entry.get("required", True))
+
+
 def make_manifest(checked, lowered: dict, records: list[dict], library: str | None) -> dict:
     from coda_spec.lower.module import tool_versions
 
     spec, a = checked.spec, checked.analysis
+    read = step_reads(checked)
     kernels = {k["step"]: k for k in lowered["kernels"]}
     recs = {r["symbol"]: r for r in records}
     steps = [_step_data(s, i, kernels, recs, a) for s, i in zip(spec.steps, a.steps, strict=True)]
@@ -129,6 +160,7 @@ def make_manifest(checked, lowered: dict, records: list[dict], library: str | No
                 "shape": list(t.shape),
                 "dtype": t.dtype,
                 "ignore_index": t.ignore_index,
+                "required": t.name in read,
             }
             for t in spec.tensors
         ],
@@ -167,10 +199,10 @@ def read_manifest(directory) -> dict:
         raise FileNotFoundError(
             f"{directory}: no {MANIFEST}; not a complete coda build (run coda build first)"
         ) from e
-    if data.get("format") != FORMAT_VERSION:
+    if data.get("format") not in READABLE_FORMATS:
         raise ValueError(
-            f"{path}: manifest format {data.get('format')} is not "
-            f"{FORMAT_VERSION}; rebuild with this coda"
+            f"{path}: manifest format {data.get('format')} is not one of "
+            f"{', '.join(map(str, READABLE_FORMATS))}; rebuild with this coda"
         )
     return data
 

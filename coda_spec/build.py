@@ -20,6 +20,7 @@ of an unchanged spec is a cache hit that imports neither torch nor quack.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -35,6 +36,8 @@ from coda_spec.errors import Diagnostic, SpecError, ToolError
 
 STAGES = ("load", "validate", "normalize", "analyze", "lower", "compile", "link", "manifest")
 MAX_WORKERS = 2  # each compile worker peaks at ~750 MB
+# What the compile workers import: module -> the distribution of the [build] extra providing it.
+BUILD_MODULES = (("quack", "quack-kernels"), ("cutlass", "nvidia-cutlass-dsl"))
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
         elapsed = time.perf_counter() - start
         print(f"{path}: cache hit: {final} ({elapsed:.2f}s)")
         return BuildResult(name, final, True, True, elapsed)
+    if lowered.kernels and STAGES.index(opts.stop_after) >= STAGES.index("compile"):
+        require_build_extra()  # before any "compiling" line: fail with how to install
     opts.out.mkdir(parents=True, exist_ok=True)
     tmp = opts.out / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -123,6 +128,30 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     what = "built" if complete else f"stopped after {opts.stop_after}"
     print(f"{path}: {what}: {final} ({elapsed:.1f}s)")
     return BuildResult(name, final, False, complete, elapsed)
+
+
+def require_build_extra() -> None:
+    """Raise ToolError naming the missing packages when the [build] extra is not installed.
+
+    Looked up with ``importlib.util.find_spec`` (nothing is imported): the compile workers are
+    what import quack and cutlass, and without them they die before writing anything.
+    """
+    missing = []
+    for module, dist in BUILD_MODULES:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken or half-installed package
+            found = False
+        if not found:
+            missing.append(f"{dist} (module '{module}')")
+    if missing:
+        raise ToolError(
+            "the [build] extra, needed to compile kernels, is not installed: missing "
+            + ", ".join(missing)
+            + '; install it with: pip install "coda-spec[build]" '
+            '(from a checkout: pip install -e ".[build]"). '
+            "Host-only specs and --stop-after lower build without it"
+        )
 
 
 def _run_stages(path, checked, lowered, tmp: Path, opts: BuildOptions, log) -> bool:
@@ -202,9 +231,9 @@ def compile_kernels(path, checked, tmp: Path, symbols, opts: BuildOptions, log) 
         raise SpecError([_compile_diag(checked, tmp, s, opts.out) for s in failed])
     missing = [s for s in symbols if not (tmp / f"{s}.compiled.json").exists()]
     if missing:
-        raise ToolError(
-            f"compile workers exited without output for {missing}; see {tmp / 'build.log'}"
-        )
+        # build_spec renames the build directory to <dir>.failed: point at the log's final place.
+        log_path = tmp.parent / _failed_name(tmp) / "build.log"
+        raise ToolError(f"compile workers exited without output for {missing}; see {log_path}")
     return [json.loads((tmp / f"{s}.compiled.json").read_text()) for s in symbols]
 
 

@@ -162,17 +162,23 @@ def check(paths, fmt, quiet, math):
     sys.exit(EXIT_INVALID_SPEC if invalid else EXIT_MISMATCH if wrong else EXIT_OK)
 
 
-def _prover():
-    """``mathcheck.prove``, or exit 1 with how to install torch (``--math`` needs it)."""
+def _need_torch(command: str, why: str) -> None:
+    """Exit 1 with how to install torch when it is missing (it is not a base dependency)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         click.echo(
-            "error: coda check --math needs PyTorch (the CPU build is enough): "
-            'pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu',
+            f'error: {command} needs PyTorch ({why}): pip install "coda-spec[math]", or the '
+            'CPU build alone: pip install "torch==2.13.0" --index-url '
+            "https://download.pytorch.org/whl/cpu",
             err=True,
         )
         sys.exit(EXIT_TOOL_FAILURE)
+
+
+def _prover():
+    """``mathcheck.prove``, or exit 1 with how to install torch (``--math`` needs it)."""
+    _need_torch("coda check --math", "the CPU build is enough")
     from coda_spec.mathcheck import prove
 
     return prove
@@ -292,6 +298,7 @@ def verify(
     """
     import os as _os
 
+    _need_torch("coda verify", "on a GPU machine, the CUDA build you already use")
     from coda_spec import verify as V
     from coda_spec.runtime import CodaRuntimeError
 

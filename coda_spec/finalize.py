@@ -17,6 +17,9 @@ op                    result                             may fold partials of
 ``n`` defaults to the reduced extent (the row width, the group size, or M for column
 reductions); CODA's zdz divides a row dot over the next GEMM's width by the norm width D, so it
 sets ``n: D`` explicitly.
+
+Reductions over nothing (M = 0 rows; ``coda_spec.runtime`` documents the rule): a sum is 0, a
+mean is 0 (not 0/0), rsqrt_mean is therefore rsqrt(eps), max and logsumexp are -inf.
 """
 
 from __future__ import annotations
@@ -35,7 +38,12 @@ def fold(rt, op: str, partial, n: int, eps: float | None, kind: str):
     if op in ("sum", "logsumexp", "max"):
         return x
     if op == "mean":
-        return x / n
+        return mean_of(x, n)
     if op == "rsqrt_mean":
-        return rt.torch.rsqrt(x / n + eps)
+        return rt.torch.rsqrt(mean_of(x, n) + eps)
     raise ValueError(op)
+
+
+def mean_of(total, n: int):
+    """``total / n``; a mean over nothing (n = 0: a column reduction over M = 0 rows) is 0."""
+    return total / n if n else total.new_zeros(total.shape)

@@ -31,7 +31,8 @@ def _weight_scales(spec, sizes) -> dict:
             continue
         k_axis = 1 if step.gemm.b.transposed else 0
         k = dimmod.evaluate(t.shape[k_axis], sizes)
-        out.setdefault(t.name, 1.0 / math.sqrt(k))  # the forward use of a weight wins
+        # the forward use of a weight wins; K = 0 (a wgrad over M = 0 rows) scales nothing
+        out.setdefault(t.name, 1.0 / math.sqrt(k) if k else 1.0)
     return out
 
 
@@ -50,38 +51,93 @@ def _draw(t, shape, sizes, gen, scale):
     return x.to(TORCH_DTYPES[t.dtype])
 
 
-def make_inputs(spec, sizes: dict, seed: int = 0) -> tuple[dict, dict]:
-    """Returns (inputs in their declared dtypes, the same in fp64 with exact derived inputs)."""
-    gen = torch.Generator().manual_seed(seed)
+def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, dict]:
+    """Returns (inputs in their declared dtypes, the same in fp64 with exact derived inputs).
+
+    ``device``: draw there with that device's generator (default: the CPU, whose draws a
+    recorded seed replays anywhere; a CUDA generator draws other values for the same seed)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    gen = torch.Generator(device=device).manual_seed(seed)
     scales = _weight_scales(spec, sizes)
     low, exact = {}, {}
-    for t in spec.tensors:
-        if t.derive is not None:
-            continue
-        shape = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
-        low[t.name] = _draw(t, shape, sizes, gen, scales.get(t.name, 1.0))
-        exact[t.name] = low[t.name].double() if low[t.name].is_floating_point() else low[t.name]
-    env = {**exact, **{k: v for k, v in sizes.items()}}
-    for t in spec.tensors:
-        if t.derive is None:
-            continue
-        value = evaluate(parse(t.derive, single_expression=True), env)[None]
-        exact[t.name] = value.double()
-        low[t.name] = value.to(TORCH_DTYPES[t.dtype])
-        env[t.name] = exact[t.name]
+    with device:
+        for t in spec.tensors:
+            if t.derive is not None:
+                continue
+            shape = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
+            x = _draw(t, shape, sizes, gen, scales.get(t.name, 1.0))
+            low[t.name] = x
+            exact[t.name] = x.double() if x.is_floating_point() else x
+        env = {**exact, **{k: v for k, v in sizes.items()}}
+        for t in spec.tensors:
+            if t.derive is None:
+                continue
+            value = evaluate(parse(t.derive, single_expression=True), env)[None]
+            exact[t.name] = value.double()
+            low[t.name] = value.to(TORCH_DTYPES[t.dtype])
+            env[t.name] = exact[t.name]
     return low, exact
 
 
-def make_grads(spec, analysis, sizes: dict, seed: int = 1) -> tuple[dict, dict]:
-    """Random incoming cotangents for the backward section (declared dtype, and fp64)."""
-    gen = torch.Generator().manual_seed(seed)
+def derived_shapes(spec, sizes: dict) -> dict:
+    """The shape each ``derive`` expression yields at ``sizes``, evaluated on shape-only (meta)
+    tensors: no data, no time. ``None`` where an expression cannot be evaluated that way."""
+    env: dict = dict(sizes)
+    for t in spec.tensors:
+        if t.derive is None:
+            shape = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
+            dtype = TORCH_DTYPES[t.dtype] if t.dtype in ("int32", "int64") else torch.float64
+            env[t.name] = torch.empty(shape, dtype=dtype, device="meta")
+    out = {}
+    for t in spec.tensors:
+        if t.derive is None:
+            continue
+        try:
+            value = evaluate(parse(t.derive, single_expression=True), env)[None]
+            out[t.name] = tuple(value.shape)
+        except Exception:  # noqa: BLE001 - an op without a meta kernel: unknown, not wrong
+            out[t.name] = None
+            value = torch.empty(
+                tuple(dimmod.evaluate(d, sizes) for d in t.shape),
+                dtype=torch.float64,
+                device="meta",
+            )
+        env[t.name] = value.double() if value.is_floating_point() else value
+    return out
+
+
+def derive_mismatches(spec, sizes: dict, shapes: dict | None = None) -> list[str]:
+    """Derived inputs whose shape at ``sizes`` is not their declared shape there: a ``derive``
+    whose shape does not follow the dims (a literal count, or inputs sized by other dims).
+    ``shapes``: the actual shapes (default: :func:`derived_shapes`, evaluated on meta)."""
+    shapes = derived_shapes(spec, sizes) if shapes is None else shapes
+    bad = []
+    for t in spec.tensors:
+        if t.derive is None or shapes.get(t.name) is None:
+            continue
+        want = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
+        got = tuple(shapes[t.name])
+        if got != want:
+            shown = ", ".join(f"{d}={dimmod.evaluate(d, sizes)}" for d in t.shape)
+            bad.append(
+                f"input '{t.name}' is derived with shape {list(got)}, but its declared shape "
+                f"{list(t.shape)} is {list(want)} here ({shown}): its derive does not follow "
+                "these dims"
+            )
+    return bad
+
+
+def make_grads(spec, analysis, sizes: dict, seed: int = 1, device=None) -> tuple[dict, dict]:
+    """Random incoming cotangents for the backward section (declared dtype, and fp64);
+    ``device`` as for :func:`make_inputs`."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    gen = torch.Generator(device=device).manual_seed(seed)
     low, exact = {}, {}
     for t in analysis.tensors:
         if t.origin != "grad_in":
             continue
         shape = tuple(dimmod.evaluate(d, sizes) if isinstance(d, str) else d for d in t.shape)
-        low[t.name] = torch.randn(shape, generator=gen, dtype=torch.float64).to(
-            TORCH_DTYPES[t.dtype]
-        )
+        x = torch.randn(shape, generator=gen, dtype=torch.float64, device=device)
+        low[t.name] = x.to(TORCH_DTYPES[t.dtype])
         exact[t.name] = low[t.name].double()
     return low, exact

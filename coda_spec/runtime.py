@@ -5,9 +5,12 @@
 
 What a call does, from ``manifest.json`` alone (see ``coda_spec.artifact``):
 
-1. validates every input before any launch: present, a CUDA tensor on the current device, the
-   declared dtype and shape (static dims exact, dynamic dims consistent), row-major contiguous,
-   16-byte aligned; an unknown keyword is an error too;
+1. validates every input before any launch: present (inputs the manifest marks
+   ``required: false`` -- read only by ``derive`` or ``equivalent_to``, by no step -- may be
+   left out; passed anyway, they are ignored, not validated), a dense CUDA tensor on the current
+   device, the declared dtype and shape (static dims exact, dynamic dims consistent), row-major
+   contiguous, 16-byte aligned; an unknown keyword is an error too. With ``grads`` the incoming
+   gradients are validated the same way, also before any launch;
 2. runs the steps in order: each kernel gets its operands as views (Linear weights as (N, K),
    per-row vectors as (1, M), per-column vectors as (1, N)), freshly allocated outputs and
    partial buffers (fp32, sized from the build's tile config), and
@@ -16,6 +19,30 @@ What a call does, from ``manifest.json`` alone (see ``coda_spec.artifact``):
 3. returns the declared outputs. ``add_to`` outputs are written IN PLACE into the tensor they
    accumulate into (that is the point of QuACK's add_to_output), which is returned under the
    output's name.
+
+Refusals. Every refused call raises :class:`CodaRuntimeError` (a missing CUDA device, a bad
+input or gradient, an artifact that cannot be loaded) before the first launch, so a refused call
+changes nothing, ``add_to`` tensors included. The one exception would be a kernel whose compiled
+argument check rejects what this validation passed (a coda bug); that is re-raised as a
+``CodaRuntimeError`` naming the kernel, and earlier steps of that call have run.
+
+Empty calls: a dynamic dim bound to 0 (M = 0 rows). The call is valid and launches no kernel
+whose GEMM has an empty extent (M, N or K = 0; QuACK's scheduler cannot take an empty grid; at
+M = 0 that is every kernel of the bundled chains). Such a kernel's epilogue runs in torch instead
+(the reference interpreter in fp32, as for host steps) on ``acc = a @ b``, which is empty, or all
+zeros where only K = 0 (a weight gradient summed over zero rows). So at M = 0:
+
+* forward outputs and every per-row tensor are empty, of the right shape ((0, N), (0,));
+* gradients of weights and of row vectors (``dw_o``, ``dgamma``) have their full shape and are
+  zero: a sum over zero rows is 0;
+* ``add_to`` outputs are the tensor they accumulate into, unchanged (and returned as it).
+
+A reduction over nothing (an empty M axis) has one value everywhere: in finalize steps, host
+steps and the reference interpreter (``coda_spec.reference``, so verify could compare at M = 0).
+``sum`` is 0 (torch's value) and ``mean`` is 0 (torch gives 0/0 = NaN; here a mean over nothing
+is 0, so ``rsqrt_mean`` is ``rsqrt(eps)``); ``max`` and ``absmax`` are -inf (max's identity;
+torch's amax refuses an empty axis) and ``logsumexp`` is -inf (torch's value). Per-row
+statistics over zero rows are simply empty.
 
 Library lookup (``libcute_dsl_runtime.so``, needed by every exported kernel): the file named by
 ``$CODA_CUTE_DSL_RUNTIME``, then the build directory, then the installed ``nvidia-cutlass-dsl``
@@ -32,12 +59,16 @@ from pathlib import Path
 
 import torch
 
-from coda_spec.artifact import eval_shape, read_manifest
+from coda_spec import dims as dimmod
+from coda_spec.artifact import eval_shape, input_required, read_manifest
+from coda_spec.finalize import mean_of
 from coda_spec.reference import TORCH_DTYPES
 
 LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 SPLIT_K = ("split_k_semaphore", "split_k_workspace")
+PARTIAL_ROLES = ("colred", "rowred", "group_out")
+EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
 
 
 class CodaRuntimeError(RuntimeError):
@@ -82,6 +113,51 @@ def _turns_table(freqs: torch.Tensor) -> torch.Tensor:
     return torch.stack([hi, lo], dim=-1).reshape(1, -1)
 
 
+def _current_device() -> torch.device:
+    """The CUDA device kernels run on: torch's current one. (CPU tests patch this function to
+    exercise validation and the no-launch paths without a GPU.)"""
+    if not torch.cuda.is_available():
+        raise CodaRuntimeError(
+            "no CUDA device: built kernels run on an sm_90a GPU (H100/H200); "
+            "torch.cuda.is_available() is False"
+        )
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _dense_strides(shape) -> tuple:
+    """Row-major strides as torch.empty gives them (a size-0 or size-1 dim counts as 1)."""
+    out, step = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+def _canonical(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor with its row-major strides: torch calls a tensor contiguous whatever
+    the stride of a size-1 (or any, when empty) dim is, e.g. ``torch.empty(D, 1).T`` has
+    strides (1, 1); a TMA descriptor must not see those. Same memory, same values."""
+    want = _dense_strides(x.shape)
+    return x if tuple(x.stride()) == want else x.as_strided(x.shape, want)
+
+
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """Row-major with canonical strides (what a kernel operand must be)."""
+    return _canonical(x.contiguous())
+
+
+def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:
+    """Fold per-tile partials along ``axis``; an empty axis gives ``EMPTY_FOLD[fold]``."""
+    if buf.shape[axis] == 0:
+        shape = [n for i, n in enumerate(buf.shape) if i != axis]
+        return torch.full(shape, EMPTY_FOLD[fold], dtype=buf.dtype, device=buf.device)
+    if fold == "sum":
+        return buf.sum(dim=axis)
+    if fold == "max":
+        return buf.amax(dim=axis)
+    return torch.logsumexp(buf, dim=axis)
+
+
 class Chain:
     """A loaded build. Call it with the chain's inputs as keyword tensors."""
 
@@ -91,6 +167,8 @@ class Chain:
         self.name = self.manifest["name"]
         self._module = None
         self._checked = None
+        self._sms: dict = {}
+        self._shapes: dict = {}
 
     def with_manifest(self, manifest: dict) -> Chain:
         """The same library under another manifest (verify's re-sized shapes)."""
@@ -98,38 +176,74 @@ class Chain:
         other._module, other._checked = self._module, self._checked
         return other
 
+    @property
+    def required_inputs(self) -> list[str]:
+        """Inputs a call must pass: those some step reads (every input of a format-2 build)."""
+        return [t["name"] for t in self.manifest["inputs"] if input_required(t)]
+
     # -- validation --------------------------------------------------------------------------
     def bind(self, inputs: dict) -> dict:
         """Validate inputs; return the dim sizes they imply."""
+        return self._validate(inputs, None)[1]
+
+    def _validate(self, inputs: dict, grads: dict | None) -> tuple[dict, dict]:
+        """Everything a call checks, before any launch: returns (env, sizes), env holding the
+        required inputs (and gradients) as validated, canonically strided tensors."""
         m = self.manifest
         declared = {t["name"]: t for t in m["inputs"]}
+        required = {n: t for n, t in declared.items() if input_required(t)}
         unknown = set(inputs) - set(declared)
         if unknown:
             raise CodaRuntimeError(
                 f"{self.name}: unknown input(s) {sorted(unknown)}; expected {sorted(declared)}"
             )
-        missing = [n for n in declared if n not in inputs]
+        missing = [n for n in required if n not in inputs]
         if missing:
             raise CodaRuntimeError(f"{self.name}: missing input(s) {missing}")
+        device = _current_device()
         sizes = {k: v for k, v in m["dims"].items() if v is not None}
-        self._check(declared, inputs, sizes, "input")
-        return sizes
+        env = self._check(required, inputs, sizes, "input", device)
+        if grads is not None:
+            if not m.get("backward_steps"):
+                raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
+            wanted = {t["name"]: t for t in m.get("grads_in", [])}
+            missing = [n for n in wanted if n not in grads]
+            unknown = set(grads) - set(wanted)
+            if missing or unknown:
+                raise CodaRuntimeError(
+                    f"{self.name}: backward needs gradients {sorted(wanted)}; missing "
+                    f"{missing}, unknown {sorted(unknown)}"
+                )
+            env.update(self._check(wanted, grads, sizes, "gradient", device))
+        self._device = device
+        return env, sizes
 
-    def _check(self, declared: dict, tensors: dict, sizes: dict, what: str) -> None:
-        """Device, dtype, shape (binding dynamic dims into ``sizes``), contiguity, alignment."""
-        device = torch.device("cuda", torch.cuda.current_device())
+    def _declared_shape(self, name: str, shape: list) -> list:
+        """A manifest shape folded: static expressions ("2*F", "D+KV") to ints, a dynamic dim
+        (which only ever appears alone) to its name."""
+        if name not in self._shapes:
+            self._shapes[name] = [dimmod.fold(d, self.manifest["dims"]) for d in shape]
+        return self._shapes[name]
+
+    def _check(self, declared: dict, tensors: dict, sizes: dict, what: str, device) -> dict:
+        """Device, dtype, shape (binding dynamic dims into ``sizes``), contiguity, alignment.
+        Returns the tensors, canonically strided (:func:`_canonical`)."""
+        out = {}
         for name, t in declared.items():
+            shape = self._declared_shape(name, t["shape"])
             x = tensors[name]
             where = f"{self.name}: {what} '{name}'"
             if not isinstance(x, torch.Tensor):
                 raise CodaRuntimeError(f"{where} is {type(x).__name__}, not a torch.Tensor")
+            if x.layout != torch.strided:
+                raise CodaRuntimeError(f"{where} is a {x.layout} tensor; kernels take dense ones")
             if x.device != device:
                 raise CodaRuntimeError(f"{where} is on {x.device}; kernels run on {device}")
             if x.dtype != TORCH_DTYPES[t["dtype"]]:
                 raise CodaRuntimeError(f"{where} is {x.dtype}; expected {t['dtype']}")
-            if x.dim() != len(t["shape"]):
+            if x.dim() != len(shape):
                 raise CodaRuntimeError(f"{where} has shape {tuple(x.shape)}; expected {t['shape']}")
-            for axis, (want, got) in enumerate(zip(t["shape"], x.shape, strict=True)):
+            for axis, (want, got) in enumerate(zip(shape, x.shape, strict=True)):
                 if isinstance(want, int) and want != got:
                     raise CodaRuntimeError(f"{where} dim {axis} is {got}; expected {want}")
                 if isinstance(want, str):
@@ -143,6 +257,38 @@ class Chain:
                 )
             if x.data_ptr() % 16:
                 raise CodaRuntimeError(f"{where} is not 16-byte aligned (TMA needs it)")
+            # DLPack refuses tensors that require grad; kernels write raw memory anyway
+            out[name] = _canonical(x.detach() if x.requires_grad else x)
+        return out
+
+    # -- planning ----------------------------------------------------------------------------
+    def gemm_extents(self, step: dict, sizes: dict) -> tuple[int, int, int]:
+        """(M, N, K) of a kernel step's GEMM ``acc = a' @ b'`` at ``sizes``."""
+        tensors = self.manifest["tensors"]
+        (a_t, a_tr), (b_t, b_tr) = step["a"], step["b"]
+        a = eval_shape(tensors[a_t]["shape"], sizes)
+        b = eval_shape(tensors[b_t]["shape"], sizes)
+        a, b = (a[::-1] if a_tr else a), (b[::-1] if b_tr else b)
+        return a[0], b[1], a[1]
+
+    def launches(self, step: dict, sizes: dict) -> bool:
+        """Whether a kernel step launches its kernel at ``sizes``: not when its GEMM is empty."""
+        return 0 not in self.gemm_extents(step, sizes)
+
+    def plan(self, sizes: dict, backward: bool = False) -> list[tuple[str, str]]:
+        """What a call at ``sizes`` would do, step by step, without doing it: ``(step, what)``
+        with what = ``launch``, ``no launch`` (an empty GEMM: its epilogue runs in torch),
+        ``finalize`` or ``host``."""
+        m = self.manifest
+        sizes = {**{k: v for k, v in m["dims"].items() if v is not None}, **sizes}
+        steps = list(m["steps"]) + (list(m.get("backward_steps", [])) if backward else [])
+        out = []
+        for s in steps:
+            if s["kind"] == "kernel":
+                out.append((s["name"], "launch" if self.launches(s, sizes) else "no launch"))
+            else:
+                out.append((s["name"], s["kind"]))
+        return out
 
     # -- execution ---------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
@@ -152,54 +298,62 @@ class Chain:
     def run(self, inputs: dict, poison: bool = False, grads: dict | None = None) -> dict:
         """Run every forward step — and, with ``grads`` (the incoming gradients named in the
         spec's ``backward.grads``), every backward step — and return every chain tensor
-        (inputs, outputs, intermediates, partial buffers). ``poison`` fills every buffer a kernel
-        writes with NaN first, so a verifier can prove each element and partial slot was
-        written."""
-        sizes = self.bind(inputs)
+        (required inputs, outputs, intermediates, partial buffers). ``poison`` fills every buffer
+        a kernel writes with NaN first, so a verifier can prove each element and partial slot
+        was written. Inputs and gradients are all validated before the first step runs."""
+        env, sizes = self._validate(inputs, grads)
         self._poison = poison
-        env = dict(inputs)
         partials: dict = {}
-        self._steps(self.manifest["steps"], env, sizes, partials)
-        if grads is not None:
-            declared = {t["name"]: t for t in self.manifest.get("grads_in", [])}
-            if not self.manifest.get("backward_steps"):
-                raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
-            missing = [n for n in declared if n not in grads]
-            unknown = set(grads) - set(declared)
-            if missing or unknown:
-                raise CodaRuntimeError(
-                    f"{self.name}: backward needs gradients "
-                    f"{sorted(declared)}; missing {missing}, unknown "
-                    f"{sorted(unknown)}"
-                )
-            self._check(declared, grads, sizes, "gradient")
-            env.update(grads)
-            self._steps(self.manifest["backward_steps"], env, sizes, partials)
+        with torch.no_grad():  # kernels write raw memory; autograd wraps calls, not steps
+            self._steps(self.manifest["steps"], env, sizes, partials)
+            if grads is not None:
+                self._steps(self.manifest["backward_steps"], env, sizes, partials)
         return env
 
     def backward(self, env: dict, **grads) -> dict:
         """Gradients of the forward inputs, given a forward ``env`` from :meth:`run`'s inputs."""
-        inputs = {t["name"]: env[t["name"]] for t in self.manifest["inputs"]}
+        missing = [n for n in self.required_inputs if n not in env]
+        if missing:
+            raise CodaRuntimeError(
+                f"{self.name}: backward needs the forward inputs; env lacks {missing}"
+            )
+        inputs = {n: env[n] for n in self.required_inputs}
         out = self.run(inputs, grads=grads)
         return {o["name"]: out[o["name"]] for o in self.manifest.get("backward_outputs", [])}
 
     def _steps(self, steps, env, sizes, partials):
         for step in steps:
             if step["kind"] == "kernel":
-                self._kernel(step, env, sizes, partials)
+                if self.launches(step, sizes):
+                    self._kernel(step, env, sizes, partials)
+                else:
+                    self._no_launch(step, env, sizes, partials)
             elif step["kind"] == "finalize":
                 self._finalize(step, env, sizes, partials)
             else:
                 self._host(step, env, sizes, partials)
 
     def _fn(self, symbol: str):
-        if self._module is None:
-            tvm_ffi = _load_library(self.directory)
-            self._module = tvm_ffi.load_module(str(self.directory / self.manifest["library"]))
-        return self._module[symbol]
+        try:
+            if self._module is None:
+                tvm_ffi = _load_library(self.directory)
+                self._module = tvm_ffi.load_module(str(self.directory / self.manifest["library"]))
+            return self._module[symbol]
+        except CodaRuntimeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - an unusable artifact is a runtime error
+            raise CodaRuntimeError(
+                f"{self.name}: cannot load kernel '{symbol}' from "
+                f"{self.directory / str(self.manifest.get('library'))}: {e}"
+            ) from e
+
+    def _sm_count(self, dev) -> int:
+        if dev not in self._sms:
+            self._sms[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+        return self._sms[dev]
 
     def _kernel(self, step, env, sizes, partials):
-        dev = torch.device("cuda", torch.cuda.current_device())
+        dev = self._device
         a_t, a_tr = step["a"]
         b_t, b_tr = step["b"]
         a = env[a_t].T if a_tr else env[a_t]
@@ -224,13 +378,51 @@ class Chain:
             args[f["name"]] = self._field(f, env, sizes, dev, made, partials)
         epi = tuple(None if n in SPLIT_K else args[n] for n in step["field_order"])
         cfg = self.manifest["config"]
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        mac = sms // (cfg["cluster_m"] * cfg["cluster_n"])
+        mac = self._sm_count(dev) // (cfg["cluster_m"] * cfg["cluster_n"])
         sched = (mac, None, step["max_swizzle_size"], None, None, None)
-        self._fn(step["symbol"])(a, b, d, c, epi, sched, None, None, None)
+        fn = self._fn(step["symbol"])
+        try:
+            fn(a, b, d, c, epi, sched, None, None, None)
+        except Exception as e:  # noqa: BLE001 - the compiled argument check refused
+            raise CodaRuntimeError(
+                f"{self.name}: kernel '{step['name']}' refused its arguments (a coda runtime "
+                f"bug: its validation passed them; please report): {e}"
+            ) from e
         if d is not None:
             env[step["d"][0]] = d
         env.update(made)
+
+    def _no_launch(self, step, env, sizes, partials):
+        """A kernel step whose GEMM is empty: no launch; its epilogue runs in torch (the
+        reference interpreter, fp32) on ``acc = a @ b`` -- empty, or zeros when only K = 0.
+        Outputs get their declared dtypes; an ``add_to`` output is written into (and returned
+        as) the tensor it accumulates into; partials are exact and fold like kernel ones."""
+        from coda_spec.reference import PRECISIONS, _run_step
+
+        checked = self.checked()
+        work = {k: v for k, v in env.items() if isinstance(v, torch.Tensor)}
+        _run_step((PRECISIONS["fp32"], sizes, checked.analysis), self._spec_step(step), work)
+        if step["d"] is not None:
+            name, dtype, _ = step["d"]
+            value = work[name].to(TORCH_DTYPES[dtype])
+            if step["add_to"]:
+                into = env[step["add_to"]]
+                into.copy_(value)
+                env[name] = into
+            else:
+                env[name] = _dense(value)
+        for f in step["fields"]:
+            t = f["tensor"]
+            if f["role"] in ("aux", "select"):
+                env[t] = _dense(work[t].to(TORCH_DTYPES[f["dtype"]]))
+            elif f["role"] in PARTIAL_ROLES:
+                env[t] = _dense(work[t].float())
+                partials[t] = (f["role"], f["fold"])
+
+    def _spec_step(self, step):
+        spec = self.checked().spec
+        steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+        return next(s for s in steps if s.kind == step["kind"] and s.name == step["name"])
 
     def _field(self, f, env, sizes, dev, made, partials):
         role, t = f["role"], f["tensor"]
@@ -255,7 +447,7 @@ class Chain:
             buf = torch.zeros(shape, dtype=dtype, device=dev)  # ignored rows stay 0
         else:
             buf = self._alloc(shape, dtype, dev)
-        if role in ("colred", "rowred", "group_out"):
+        if role in PARTIAL_ROLES:
             partials[t] = (role, f["fold"])
         made[t] = buf
         return buf
@@ -268,44 +460,36 @@ class Chain:
     def _finalize(self, step, env, sizes, partials):
         role, fold = partials[step["of"]]
         buf = env[step["of"]]
-        axis = 1 if role == "colred" else 0
         if role == "exact":  # a host step's reduction: already complete
             x = buf.reshape(-1) if 1 in buf.shape else buf
         elif role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
             x = buf.reshape(-1) if buf.shape[1] == 1 else buf
-        elif fold == "sum":
-            x = buf.sum(dim=axis)
-        elif fold == "max":
-            x = buf.amax(dim=axis)
-        else:
-            x = torch.logsumexp(buf, dim=axis)
+        else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles
+            x = _fold(buf, fold, 1 if role == "colred" else 0)
         n = step["n"]
-        n = sizes[n] if isinstance(n, str) else n
+        n = eval_shape([n], sizes)[0] if isinstance(n, str) else n
         if step["op"] == "mean":
-            x = x / n
+            x = mean_of(x, n)
         elif step["op"] == "rsqrt_mean":
-            x = torch.rsqrt(x / n + step["eps"])
+            x = torch.rsqrt(mean_of(x, n) + step["eps"])
         env[step["result"]] = x
 
     def _host(self, step, env, sizes, partials):
         from coda_spec.reference import PRECISIONS, _run_step
 
         checked = self.checked()
-        spec = checked.spec
-        steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
-        spec_step = next(s for s in steps if s.kind == "host" and s.name == step["name"])
         work = {k: v for k, v in env.items() if isinstance(v, torch.Tensor)}
-        _run_step((PRECISIONS["fp32"], sizes, checked.analysis), spec_step, work)
+        _run_step((PRECISIONS["fp32"], sizes, checked.analysis), self._spec_step(step), work)
         for name in step["writes"]:
             if checked.analysis.tensor(name).origin == "partial":
                 partials[name] = ("exact", None)
                 env[name] = work[name]
                 continue
             dtype = self.manifest["tensors"][name]["dtype"]
-            env[name] = work[name].to(TORCH_DTYPES[dtype])
+            env[name] = _dense(work[name].to(TORCH_DTYPES[dtype]))  # may feed a kernel
 
     def checked(self):
-        """The build's own spec, checked (host steps interpret it)."""
+        """The build's own spec, checked (host steps and empty GEMMs interpret it)."""
         if self._checked is None:
             from coda_spec.frontend import check_source
             from coda_spec.source import parse_text

@@ -27,8 +27,10 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-EXIT_NUMERIC = 3
-EXIT_NO_GPU = 4
+from coda_spec.errors import EXIT_MISMATCH, EXIT_NO_GPU  # noqa: F401 (re-exported)
+
+EXIT_NUMERIC = EXIT_MISMATCH
+
 REAL_M, RAGGED_M, SMALL_M = 16384, 1000, 64
 
 
@@ -64,26 +66,51 @@ class Report:
         return all(c.passed for c in self.checks) and all(a[3] for a in self.algebra)
 
 
-def ragged_dims(checked, tile_n: int = 256) -> dict:
-    """Static dims nudged off the tile grid (still multiples of 8 and valid for the spec)."""
+class CaseSkipped(Exception):
+    """A shape case that cannot run as asked; verify_chain notes why and goes on."""
+
+
+def ragged_dims(checked, tile_n: int = 256, notes: list | None = None) -> dict:
+    """Static dims nudged off the tile grid (still multiples of 8 and valid for the spec).
+
+    A candidate must also keep every ``derive``d input consistent: make_inputs recomputes
+    derived inputs from the case's other inputs, but a derive whose shape does not follow the
+    dims (``cat([q_norm] * 4 + [k_norm] * 2)`` for a [QKV] weight: a literal head count, or
+    inputs sized by other dims) keeps its size, and the runtime would refuse the inputs ("input
+    'wn' dim 0 is 768 but QKV is 640 elsewhere"). Such a dim stays on the grid; why is appended
+    to ``notes``."""
     from coda_spec.errors import SpecError
     from coda_spec.frontend import with_dims
+    from coda_spec.inputs import derive_mismatches
 
+    dyn = {d.name: RAGGED_M for d in checked.spec.dims if d.size is None}
+    derived = any(t.derive is not None for t in checked.spec.tensors)
     out = {}
     for d in checked.spec.dims:
         if d.size is None or d.size < 2 * tile_n or d.size % tile_n:
             continue
+        refused = []
         for cand in (d.size - 24, d.size - 128, d.size - 136, d.size - 384):
             try:
-                with_dims(checked, {**out, d.name: cand})
+                case = with_dims(checked, {**out, d.name: cand})
             except SpecError:
                 continue
+            if derived:
+                bad = derive_mismatches(case.spec, {**case.spec.dim_sizes(), **dyn})
+                if bad:
+                    refused.append((cand, bad[0]))
+                    continue
             out[d.name] = cand
             break
+        if d.name not in out and refused and notes is not None:
+            cand, why = refused[0]
+            notes.append(f"ragged case: {d.name} stays {d.size} (not nudged to {cand}): {why}")
     return out
 
 
-def cases(checked, dims: dict | None, only_small: bool = False) -> list[tuple[str, dict]]:
+def cases(
+    checked, dims: dict | None, only_small: bool = False, notes: list | None = None
+) -> list[tuple[str, dict]]:
     dyn = [d.name for d in checked.spec.dims if d.size is None]
 
     def with_m(m, extra=None):
@@ -95,7 +122,7 @@ def cases(checked, dims: dict | None, only_small: bool = False) -> list[tuple[st
         return [("small", with_m(SMALL_M))]
     return [
         ("real", with_m(REAL_M)),
-        ("ragged", with_m(RAGGED_M, ragged_dims(checked))),
+        ("ragged", with_m(RAGGED_M, ragged_dims(checked, notes=notes))),
         ("small", with_m(SMALL_M)),
     ]
 
@@ -207,7 +234,7 @@ def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=Non
 
     from coda_spec.equivalence import check_equivalence
     from coda_spec.frontend import with_dims
-    from coda_spec.inputs import make_grads, make_inputs
+    from coda_spec.inputs import derive_mismatches, make_grads, make_inputs
     from coda_spec.reference import run
 
     declared = checked.spec.dim_sizes()
@@ -217,9 +244,15 @@ def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=Non
     ref_checked = reference or case_checked
     if reference is not None and static:
         ref_checked = with_dims(reference, static)
+    bad = derive_mismatches(case_checked.spec, sizes)  # shapes only (meta tensors)
+    if bad:
+        raise CaseSkipped("; ".join(bad))
     manifest = resized_manifest(chain, case_checked) if static else chain.manifest
     runner = chain.with_manifest(manifest) if static else chain
     low, exact = make_inputs(case_checked.spec, sizes, seed)
+    bad = derive_mismatches(case_checked.spec, sizes, {k: tuple(v.shape) for k, v in low.items()})
+    if bad:  # a derive the meta evaluation could not size
+        raise CaseSkipped("; ".join(bad))
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     inputs = {k: v.to(dev) for k, v in low.items()}
     grads = None  # a chain with a backward section is verified forward AND backward
@@ -282,9 +315,15 @@ def verify_chain(
     start = time.perf_counter()
     checked = chain.checked()
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    checks, algebra = [], []
-    for case, sizes in cases(checked, dims, only_small):
-        c, a = verify_case(chain, checked, case, sizes, seed, reference)
+    checks, algebra = [], list(math_proof(reference or checked, seed))
+    notes: list = []
+    for case, sizes in cases(checked, dims, only_small, notes):
+        try:
+            c, a = verify_case(chain, checked, case, sizes, seed, reference)
+        except CaseSkipped as e:  # never abort the chain: note it and run the other cases
+            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            notes.append(f"{case} case ({shown}) skipped: {e}")
+            continue
         checks += c
         algebra += a
     return Report(
@@ -295,25 +334,34 @@ def verify_chain(
         tuple(checks),
         tuple(algebra),
         seconds=time.perf_counter() - start,
+        extra={"notes": notes} if notes else {},
+    )
+
+
+def math_proof(checked, seed: int) -> tuple:
+    """The CPU algebra proof (``coda check --math``) as report rows: (case, output, rel_err, ok).
+
+    Forward outputs against ``equivalent_to`` and backward outputs against its autograd, at
+    small dims in fp64; an unproven output is a failed row (rel_err inf), never a missing one.
+    """
+    from coda_spec.mathcheck import prove
+
+    report = prove(checked, seed)
+    return tuple(
+        ("math" if p.section == "forward" else "math-bwd", p.output, p.rel_err, p.ok)
+        for p in report.proofs
     )
 
 
 def reference_only(checked, seed: int) -> Report:
-    """No GPU: the algebra checks at small CPU sizes (the kernels cannot run)."""
-    from coda_spec.equivalence import check_equivalence
-
-    sizes = {d.name: (d.size if d.size is not None else SMALL_M) for d in checked.spec.dims}
-    algebra = []
-    if checked.spec.equivalent_to:
-        for c in check_equivalence(checked, sizes, seed=seed):
-            algebra.append(("reference", c.output, c.rel_err, c.rel_err <= 1e-9))
+    """No GPU: the algebra proof at small CPU sizes (the kernels cannot run)."""
     return Report(
         checked.spec.name,
         "",
         seed,
         "cpu",
         (),
-        tuple(algebra),
+        math_proof(checked, seed),
         skipped="no CUDA GPU: kernel numerics were NOT run",
     )
 
@@ -402,6 +450,8 @@ def render_table(report: Report) -> str:
         lines.append(
             f"  equivalent_to [{case}] {out}: rel_err {rel:.1e} {'ok' if ok else 'MISMATCH'}"
         )
+    for note in report.extra.get("notes", ()):
+        lines.append(f"  note: {note}")
     san = report.extra.get("sanitizer")
     if san:
         lines.append(
@@ -425,6 +475,24 @@ def junit(reports: list[Report]) -> str:
                 failures += 1
                 msg = quoteattr(f"max_abs_err {c.max_abs_err:.3e} > bound {c.bound:.3e} {c.note}")
                 body = f"<failure message={msg}/>"
+            cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
+        for case, out, rel, ok in r.algebra:
+            name = quoteattr(f"{r.chain}.equivalent_to.{case}.{out}")
+            body = ""
+            if not ok:
+                failures += 1
+                msg = quoteattr(f"equivalent_to [{case}] {out}: rel_err {rel:.1e} MISMATCH")
+                body = f"<failure message={msg}/>"
+            cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
+        san = r.extra.get("sanitizer")
+        if san:
+            name = quoteattr(f"{r.chain}.sanitizer")
+            body = ""
+            if san["result"] == "unclean":
+                failures += 1
+                body = f"<failure message={quoteattr(san['detail'][-500:])}/>"
+            elif san["result"] == "unavailable":
+                body = f"<skipped message={quoteattr(san['detail'])}/>"
             cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
         if r.skipped:
             cases_xml.append(

@@ -370,3 +370,11 @@ def test_cli_without_gpu_wrong_math_fails(allow, checked_specs, tmp_path, monkey
     assert res.exit_code == V.EXIT_NUMERIC, res.output
     assert "=> FAIL" in res.stdout
     assert int(ET.parse(junit_path).getroot().get("failures")) >= 1
+
+
+def test_junit_lists_an_unclean_sanitizer_run(checked_specs, tmp_path):
+    rep = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), 4, _dims(RMSNORM))
+    san = {"result": "unclean", "errors": 2, "detail": "Invalid __global__ write"}
+    suite = ET.fromstring(V.junit([V.with_replaced(rep, extra={"sanitizer": san})]))
+    failed = [c for c in suite.findall("testcase") if c.find("failure") is not None]
+    assert [c.get("name") for c in failed] == ["rmsnorm_chain.sanitizer"]

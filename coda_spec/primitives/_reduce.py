@@ -49,9 +49,30 @@ def operand_tiles(name, op, ins):
     return need_tile(of, name, "of")
 
 
+# What a reduction over NOTHING (an empty axis: M = 0 rows) is, the rule the runtime documents:
+# sums (and means: no NaN from 0/0) are 0, max / absmax / logsumexp are -inf (torch's logsumexp
+# gives -inf too; its amax refuses an empty axis, -inf is max's identity).
+EMPTY_VALUE = {
+    "sum": 0.0,
+    "sumsq": 0.0,
+    "dot": 0.0,
+    "mean": 0.0,
+    "meansq": 0.0,
+    "max": float("-inf"),
+    "absmax": float("-inf"),
+    "logsumexp": float("-inf"),
+}
+
+
 def combine(rt, kind, of, dim):
-    """Reduce ``of`` (a value or [a, b] for dot) along ``dim`` (keepdim)."""
+    """Reduce ``of`` (a value or [a, b] for dot) along ``dim`` (keepdim). An empty axis gives
+    ``EMPTY_VALUE[kind]``."""
     t = rt.torch
+    first = of[0] if kind == "dot" else of
+    if first.shape[dim] == 0:
+        shape = list(first.shape)
+        shape[dim] = 1
+        return t.full(shape, EMPTY_VALUE[kind], dtype=first.dtype, device=first.device)
     if kind == "dot":
         return (of[0] * of[1]).sum(dim=dim, keepdim=True)
     x = of
@@ -74,10 +95,11 @@ def combine(rt, kind, of, dim):
 
 def grouped(rt, kind, of, group: int):
     """Per (row, group of `group` columns) reduction -> [M, W/group]."""
+    # explicit group count: reshape(rows, -1, group) is ambiguous for 0 rows
     if kind == "dot":
-        of = [x.reshape(x.shape[0], -1, group) for x in of]
+        of = [x.reshape(x.shape[0], x.shape[1] // group, group) for x in of]
     else:
-        of = of.reshape(of.shape[0], -1, group)
+        of = of.reshape(of.shape[0], of.shape[1] // group, group)
     return combine(rt, kind, of, dim=2).squeeze(2)
 
 

@@ -1,0 +1,395 @@
+"""``coda_spec.runtime`` without a GPU (CI): validation, manifest format 3 (and format-2 builds),
+inputs read only by ``derive``/``equivalent_to``, and empty calls (M = 0).
+
+No compile: a build directory is a shrunk spec plus the manifest ``coda build`` would write
+(``tests.test_verify_cpu.fake_manifest``). The ``cpu`` fixture patches
+``runtime._current_device`` to the CPU (so CPU tensors pass the device check) and the kernel
+loader to fail the test: anything that would launch a kernel is caught. An M = 0 call must run to
+the end like that, and agree with the reference interpreter on the documented rule for
+reductions over nothing (sum and mean 0, max and logsumexp -inf, per-row statistics empty).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from coda_spec import artifact, runtime
+from coda_spec.artifact import eval_shape
+from coda_spec.frontend import check_source
+from coda_spec.inputs import make_grads, make_inputs
+from coda_spec.reference import TORCH_DTYPES
+from coda_spec.reference import run as ref_run
+from coda_spec.runtime import Chain, CodaRuntimeError
+from coda_spec.source import parse_text
+from tests.conftest import ROOT
+from tests.test_verify_cpu import fake_manifest
+
+EXTRA = ROOT / "tests" / "specs_extra"
+SHRINK = {"D": 512, "F": 512, "V": 512, "KV": 256}  # static dims, so CPU tensors stay small
+SPECS = {  # name -> (spec file, the dims to shrink)
+    **{p.stem: (p, SHRINK) for p in sorted((ROOT / "specs").glob("*.yaml"))},
+    "derive_only_inputs": (EXTRA / "derive_only_inputs.yaml", {}),
+    "empty_reductions": (EXTRA / "empty_reductions.yaml", {}),
+}
+
+
+def _shrunk(path, dims: dict) -> str:
+    """The spec's text with its ``dims:`` line rewritten to smaller static sizes."""
+    lines = path.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("dims:"):
+            for k, v in dims.items():
+                line = re.sub(rf"\b{k}: \d+", f"{k}: {v}", line)
+            lines[i] = line
+    return "".join(lines)
+
+
+def make_build(tmp_path, name: str, manifest_edit=None):
+    """A build directory (spec.yaml + manifest.json, no library) and its checked spec."""
+    path, dims = SPECS[name]
+    text = _shrunk(path, dims)
+    checked = check_source(parse_text(str(path.relative_to(ROOT)), text))
+    d = tmp_path / f"{name}-000000000000"
+    d.mkdir()
+    (d / "spec.yaml").write_text(text)
+    manifest = fake_manifest(checked)
+    if manifest_edit is not None:
+        manifest_edit(manifest)
+    artifact.write_manifest(d, manifest)
+    return d, checked
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """Kernels 'run' on the CPU: the device check accepts CPU tensors, and loading a kernel
+    (which only a launch does) fails the test."""
+    monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
+
+    def no_launch(self, symbol):
+        raise AssertionError(f"kernel {symbol} would launch")
+
+    monkeypatch.setattr(Chain, "_fn", no_launch)
+
+
+def _inputs(checked, m: int, seed: int = 0):
+    sizes = {**checked.spec.dim_sizes(), "M": m}
+    sizes = {k: v for k, v in sizes.items() if v is not None}
+    low, _ = make_inputs(checked.spec, sizes, seed)
+    return sizes, low
+
+
+def _add_to_roots(manifest) -> dict:
+    """add_to output -> the input or gradient whose tensor it ends up being (chains of them:
+    llama's dx0 accumulates into dx2, which accumulated into the incoming d_x2)."""
+    into = {
+        s["d"][0]: s["add_to"]
+        for s in manifest["steps"] + manifest.get("backward_steps", [])
+        if s["kind"] == "kernel" and s["add_to"]
+    }
+    roots = {}
+    for out, t in into.items():
+        while t in into:
+            t = into[t]
+        roots[out] = t
+    return roots
+
+
+# -- M = 0 -----------------------------------------------------------------------------------
+
+EMPTY_CHAINS = [*(p.stem for p in sorted((ROOT / "specs").glob("*.yaml"))), "empty_reductions"]
+
+
+@pytest.mark.parametrize("name", EMPTY_CHAINS)
+def test_plan_launches_nothing_at_m0(name, tmp_path):
+    """The plan (no device needed): at M = 0 no kernel step launches; at M = 64 all do."""
+    d, _ = make_build(tmp_path, name)
+    chain = runtime.load(d)
+    empty = chain.plan({"M": 0}, backward=True)
+    full = chain.plan({"M": 64}, backward=True)
+    kernels = [
+        s["name"]
+        for s in chain.manifest["steps"] + chain.manifest["backward_steps"]
+        if s["kind"] == "kernel"
+    ]
+    assert [n for n, what in empty if what == "no launch"] == kernels
+    assert [n for n, what in full if what == "launch"] == kernels
+    assert not any(what == "launch" for _, what in empty)
+    assert len(empty) == len(chain.manifest["steps"] + chain.manifest["backward_steps"])
+
+
+@pytest.mark.parametrize("name", EMPTY_CHAINS)
+def test_empty_call(name, tmp_path, cpu):
+    """M = 0 runs to the end without a launch (forward, and backward where declared): empty
+    outputs of the right shape and dtype, full-shape zero weight/row-vector gradients, add_to
+    outputs returned as the (unchanged) tensor they accumulate into, and every output equal to
+    the fp64 reference interpreter's (same rule for reductions over nothing)."""
+    d, checked = make_build(tmp_path, name)
+    chain = runtime.load(d)
+    sizes, low = _inputs(checked, 0, seed=3)
+    grads = None
+    if chain.manifest["backward_steps"]:
+        grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=4)
+    env = chain.run(dict(low), grads=dict(grads) if grads else None)
+    ref = ref_run(checked.analysis, low, "fp64", sizes, grads=grads)
+    outputs = chain.manifest["outputs"] + (chain.manifest["backward_outputs"] if grads else [])
+    given = {**low, **(grads or {})}
+    roots = _add_to_roots(chain.manifest)
+    for o in outputs:
+        got = env[o["name"]]
+        assert tuple(got.shape) == eval_shape(o["shape"], sizes), o["name"]
+        assert got.dtype == TORCH_DTYPES[o["dtype"]], o["name"]
+        torch.testing.assert_close(got.double(), ref[o["name"]].double(), rtol=1e-6, atol=0)
+        if "M" not in o["shape"] and name != "empty_reductions":
+            assert got.numel() and bool((got == 0).all()), f"{o['name']} is not all zero"
+        if o["name"] in roots:
+            assert got is given[roots[o["name"]]], f"{o['name']} is not its add_to tensor"
+
+
+def test_empty_reductions_rule(tmp_path, cpu):
+    """The documented values of reductions over nothing, in a launch-free kernel and in a host
+    step: sum 0, mean 0 (not 0/0), rsqrt_mean rsqrt(eps), max / absmax -inf; logsumexp per row
+    is empty. The reference interpreter (fp64 and lowp) gives the same."""
+    d, checked = make_build(tmp_path, "empty_reductions")
+    sizes, low = _inputs(checked, 0)
+    out = runtime.load(d)(**low)
+    n = 256
+    want = {
+        "y": torch.empty(0, n),
+        "s": torch.zeros(n),
+        "ms": torch.zeros(n),
+        "mx": torch.full((n,), -math.inf),
+        "lse": torch.empty(0),
+        "amx": torch.full((n,), -math.inf),
+        "hr": torch.full((n,), 1e-6**-0.5),
+    }
+    for precision in (None, "fp64", "lowp"):
+        got = out if precision is None else ref_run(checked.analysis, low, precision, sizes)
+        for k, v in want.items():
+            torch.testing.assert_close(got[k].double(), v.double(), msg=f"{precision} {k}")
+
+
+def test_reference_empty_reductions_at_m1_are_ordinary(tmp_path):
+    """The empty rule touches only empty axes: at M = 1 the same spec's reference reductions
+    are the plain values (max of one row is that row)."""
+    _, checked = make_build(tmp_path, "empty_reductions")
+    sizes, low = _inputs(checked, 1)
+    ref = ref_run(checked.analysis, low, "fp64", sizes)
+    y = low["x"].double() @ low["w"].double().T
+    torch.testing.assert_close(ref["mx"], y[0])
+    torch.testing.assert_close(ref["s"], y[0])
+    torch.testing.assert_close(ref["ms"], y[0] ** 2)
+
+
+# -- validation, refusals ---------------------------------------------------------------------
+
+
+def test_no_cuda_is_a_runtime_error(tmp_path, monkeypatch):
+    d, checked = make_build(tmp_path, "rmsnorm_chain")
+    _, low = _inputs(checked, 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CodaRuntimeError, match="no CUDA device"):
+        runtime.load(d)(**low)
+
+
+def _bad(x: torch.Tensor, how: str):
+    if how == "dtype":
+        return x.float() if x.dtype != torch.float32 else x.bfloat16()
+    if how == "rank":
+        return x.reshape(-1)
+    if how == "stride":
+        wide = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
+        return wide[..., ::2]
+    if how == "alignment":
+        flat = torch.zeros(x.numel() + 1, dtype=x.dtype)
+        return flat[1:].view(x.shape)
+    if how == "device":
+        return x.to("meta")
+    if how == "sparse":
+        return x.to_sparse()
+    if how == "type":
+        return x.tolist()
+    raise ValueError(how)
+
+
+@pytest.mark.parametrize(
+    "how, fragment",
+    [
+        ("dtype", "expected bf16"),
+        ("rank", "has shape"),
+        ("stride", "not contiguous"),
+        ("alignment", "16-byte aligned"),
+        ("device", "kernels run on cpu"),
+        ("sparse", "kernels take dense ones"),
+        ("type", "not a torch.Tensor"),
+    ],
+)
+def test_bad_input_is_refused(how, fragment, tmp_path, cpu):
+    d, checked = make_build(tmp_path, "rmsnorm_chain")
+    _, low = _inputs(checked, 8)
+    low["x"] = _bad(low["x"], how)
+    with pytest.raises(CodaRuntimeError, match=fragment):
+        runtime.load(d).bind(low)
+
+
+def test_inconsistent_dynamic_dim_is_refused(tmp_path, cpu):
+    d, checked = make_build(tmp_path, "rmsnorm_chain")
+    _, low = _inputs(checked, 8)
+    low["x"] = low["x"][:7].clone()
+    with pytest.raises(CodaRuntimeError, match="dim 0 is 7 but M is 8 elsewhere"):
+        runtime.load(d).bind(low)
+
+
+def test_static_dim_expressions_are_checked(tmp_path, cpu):
+    """A shape like [2*F, D] is folded, not bound like a dynamic dim: a w_next two rows short
+    (with a dz to match, so nothing else disagrees) is refused."""
+    d, checked = make_build(tmp_path, "b1_dgrad_rmsnorm_bwd")  # F = 512: 2*F = 1024
+    _, low = _inputs(checked, 8)
+    assert tuple(low["w_next"].shape) == (1024, 512)
+    low["w_next"] = low["w_next"][:-8].clone()
+    low["dz"] = low["dz"][:, :-8].clone()
+    with pytest.raises(CodaRuntimeError, match="input 'dz' dim 1 is 1016; expected 1024"):
+        runtime.load(d).bind(low)
+
+
+def test_refusal_happens_before_any_step(tmp_path, cpu, monkeypatch):
+    """A bad gradient is refused before the forward runs (b1-style add_to inputs would
+    otherwise already be written in place); no step runs at all."""
+    d, checked = make_build(tmp_path, "llama_block")
+    sizes, low = _inputs(checked, 0)
+    grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=1)
+    ran = []
+    monkeypatch.setattr(Chain, "_steps", lambda self, *a: ran.append(a))
+    chain = runtime.load(d)
+    for bad in ({k: v for k, v in grads.items() if k != "d_x2"}, {**grads, "extra": grads["d_x2"]}):
+        with pytest.raises(CodaRuntimeError, match="backward needs gradients"):
+            chain.run(dict(low), grads=bad)
+    with pytest.raises(CodaRuntimeError, match="gradient 'd_x2' is torch.float32"):
+        chain.run(dict(low), grads={**grads, "d_x2": grads["d_x2"].float()})
+    assert ran == []
+
+
+def test_grads_for_a_chain_without_backward(tmp_path, cpu):
+    d, checked = make_build(tmp_path, "rmsnorm_chain")
+    _, low = _inputs(checked, 0)
+    with pytest.raises(CodaRuntimeError, match="no backward section"):
+        runtime.load(d).run(low, grads={})
+
+
+def test_size_one_dims_get_canonical_strides():
+    """torch calls (1, D) with strides (1, 1) contiguous; the kernels get (D, 1)."""
+    x = torch.zeros(8, 1, dtype=torch.bfloat16).T
+    assert x.is_contiguous() and x.stride() == (1, 1)
+    y = runtime._canonical(x)
+    assert y.stride() == (8, 1) and y.data_ptr() == x.data_ptr()
+    z = torch.zeros(4, 8)
+    assert runtime._canonical(z) is z
+    assert runtime._dense_strides((0, 5)) == torch.empty(0, 5).stride()
+    assert runtime._dense_strides((3, 0, 2)) == torch.empty(3, 0, 2).stride()
+
+
+# -- manifest format 3 / 2 and inputs no step reads -------------------------------------------
+
+
+def test_manifest_marks_required_inputs(tmp_path):
+    d, _ = make_build(tmp_path, "derive_only_inputs")
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["format"] == artifact.FORMAT_VERSION == 3
+    required = {i["name"]: i["required"] for i in m["inputs"]}
+    assert required == {
+        "x": False,
+        "gamma": False,
+        "h": True,
+        "r": True,
+        "ms": False,
+        "w": True,
+    }
+    assert runtime.load(d).required_inputs == ["h", "r", "w"]
+
+
+def test_bundled_specs_require_what_their_steps_read(tmp_path):
+    """b1's derived r and zdz are read by its kernel: required. llama_block's y is read by the
+    forward GEMM and the backward wgrad: required."""
+    d, _ = make_build(tmp_path, "b1_dgrad_rmsnorm_bwd")
+    m = json.loads((d / "manifest.json").read_text())
+    assert all(i["required"] for i in m["inputs"])
+
+
+def test_format2_manifest_still_loads(tmp_path, cpu):
+    """A format-2 build (no ``required``) loads, and every input is required."""
+
+    def as_format2(m):
+        m["format"] = 2
+        for i in m["inputs"]:
+            del i["required"]
+
+    d, checked = make_build(tmp_path, "derive_only_inputs", as_format2)
+    chain = runtime.load(d)
+    assert chain.manifest["format"] == 2
+    assert chain.required_inputs == ["x", "gamma", "h", "r", "ms", "w"]
+    sizes, low = _inputs(checked, 0)
+    out = chain(**low)
+    assert tuple(out["out"].shape) == (0, 512)
+    low.pop("x")
+    with pytest.raises(CodaRuntimeError, match=r"missing input\(s\) \['x'\]"):
+        chain(**low)
+
+
+@pytest.mark.parametrize("fmt", [1, 4, None])
+def test_unknown_manifest_format_is_refused(fmt, tmp_path):
+    def edit(m):
+        m["format"] = fmt
+
+    d, _ = make_build(tmp_path, "rmsnorm_chain", edit)
+    with pytest.raises(ValueError, match="rebuild with this coda"):
+        runtime.load(d)
+
+
+def test_derive_only_inputs_are_optional_and_ignored(tmp_path, cpu):
+    """Inputs no step reads may be left out; passed anyway -- even as garbage -- they are
+    ignored (not validated, not in the env); an unknown name is still an error."""
+    d, checked = make_build(tmp_path, "derive_only_inputs")
+    chain = runtime.load(d)
+    sizes, low = _inputs(checked, 0)
+    needed = {k: low[k] for k in ("h", "r", "w")}
+    assert chain.bind(dict(needed)) == {"M": 0, "D": 256, "F": 512}
+    out = chain(**needed)
+    assert tuple(out["out"].shape) == (0, 512) and out["out"].dtype == torch.bfloat16
+    garbage = {"x": "not a tensor", "gamma": torch.zeros(3, dtype=torch.int64), "ms": None}
+    env = chain.run({**needed, **garbage})
+    assert not set(garbage) & set(env)
+    full = chain.run(dict(low))  # what verify passes: every input, derived ones included
+    assert "x" not in full and tuple(full["out"].shape) == (0, 512)
+    with pytest.raises(CodaRuntimeError, match="unknown input"):
+        chain(**needed, bogus=low["x"])
+    with pytest.raises(CodaRuntimeError, match=r"missing input\(s\) \['r'\]"):
+        chain(h=low["h"], w=low["w"], x=low["x"])
+    # at M > 0 the same inputs bind (the launch itself needs a GPU)
+    _, low8 = _inputs(checked, 8)
+    assert chain.bind({k: low8[k] for k in ("h", "r", "w")})["M"] == 8
+
+
+def test_derive_only_inputs_reference_and_equivalence(tmp_path):
+    """The spec is honest: its kernel math (from the derived h, r) equals equivalent_to."""
+    from coda_spec.equivalence import check_equivalence
+
+    _, checked = make_build(tmp_path, "derive_only_inputs")
+    results = check_equivalence(checked, {"M": 16, "D": 256, "F": 512}, seed=0)
+    assert results and all(c.rel_err <= 1e-9 for c in results)
+
+
+def test_backward_needs_required_inputs_only(tmp_path, cpu):
+    d, checked = make_build(tmp_path, "llama_block")
+    sizes, low = _inputs(checked, 0)
+    grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=1)
+    chain = runtime.load(d)
+    env = chain.run(dict(low))
+    out = chain.backward(env, **grads)
+    assert set(out) == {o["name"] for o in chain.manifest["backward_outputs"]}
+    env.pop("y")
+    with pytest.raises(CodaRuntimeError, match=r"env lacks \['y'\]"):
+        chain.backward(env, **grads)
