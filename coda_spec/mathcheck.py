@@ -41,15 +41,22 @@ SHRINK = (16, 8, 4, 2, 1)  # tried in order until the spec's shape rules hold at
 def small(checked: Checked, factors=SHRINK) -> Checked:
     """``checked`` re-analyzed at small static dims: d -> max(d // f, min(d, 64)).
 
-    The first factor whose dims pass every shape rule wins (f = 1 keeps the spec's own dims).
+    The first factor whose dims pass every shape rule, and whose derived inputs follow them,
+    wins (f = 1 keeps the spec's own dims).
     """
+    from coda_spec.inputs import derive_mismatches
+
     last = None
     for f in factors:
         ov = {d.name: max(d.size // f, min(d.size, 64)) for d in checked.spec.dims if d.size}
         try:
-            return with_dims(checked, ov)
+            case = with_dims(checked, ov)
         except SpecError as e:
             last = e
+            continue
+        # a derive with a fixed count (cat([q_norm] * 4)) does not follow shrunk dims
+        if f == 1 or not derive_mismatches(case.spec, sizes_of(case)):
+            return case
     raise last
 
 

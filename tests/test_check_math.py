@@ -180,3 +180,10 @@ def test_help_summaries_are_whole_sentences():
     assert {ln.split()[0] for ln in block} == set(cli.main.commands)
     for ln in block:
         assert ln.rstrip().endswith(".") and not ln.rstrip().endswith("..."), ln
+
+
+def test_math_shrinks_only_to_dims_a_derive_follows():
+    """A derive with a fixed head count cannot follow every shrink: --math picks dims it can."""
+    res = _check("--math", ROOT / "tests" / "specs_extra" / "ragged_fixed_derive.yaml")
+    assert res.exit_code == EXIT_OK, res.output
+    assert "forward outputs equal equivalent_to" in res.output
