@@ -184,7 +184,7 @@ def _inputs(src, spec, sizes, diags) -> dict:
     return out
 
 
-def _program_diag(src, path, err: ExprError, is_block_start: bool = True) -> Diagnostic:
+def program_diag(src, path, err: ExprError, is_block_start: bool = True) -> Diagnostic:
     line, col = src.where(path)
     text = src.lines[line - 1] if 0 < line <= len(src.lines) else ""
     if text[col - 1 : col] in ("|", ">"):  # block scalar: content starts on the next line
@@ -251,7 +251,7 @@ def _check_programs(src, spec, tensors, diags, warnings, produced=frozenset()):
             errs = _explain(check(prog, inputs - {t.name}, dims), produced, t.derive)
         except ExprError as e:
             errs = [e]
-        diags.extend(_program_diag(src, path, e) for e in errs)
+        diags.extend(program_diag(src, path, e) for e in errs)
     if spec.equivalent_to is None:
         return
     path = ("equivalent_to",)
@@ -259,9 +259,9 @@ def _check_programs(src, spec, tensors, diags, warnings, produced=frozenset()):
         prog = parse(spec.equivalent_to)
         errs = _explain(check(prog, inputs, dims), produced, spec.equivalent_to)
     except ExprError as e:
-        diags.append(_program_diag(src, path, e))
+        diags.append(program_diag(src, path, e))
         return
-    diags.extend(_program_diag(src, path, e) for e in errs)
+    diags.extend(program_diag(src, path, e) for e in errs)
     outs = [o.name for o in spec.outputs]
     if not set(prog.targets) & set(outs):
         diags.append(

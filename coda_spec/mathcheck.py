@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from coda_spec.analyze import program_diag
 from coda_spec.errors import Diagnostic, SpecError
 from coda_spec.frontend import Checked, with_dims
 
@@ -187,8 +188,6 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
         else:
             msg = f"{p.section} output '{p.output}' is not proven: {p.note}"
         if p.section == "forward" and p.output in assigned:
-            from coda_spec.analyze import _program_diag
-
             hint = (
                 "the fused steps compute something else than this line states; fix the steps "
                 "or the line"
@@ -196,18 +195,19 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
                 else ""
             )
             err = ExprError(msg, assigned[p.output], 1, hint)
-            out.append(_program_diag(src, ("equivalent_to",), err))
+            out.append(program_diag(src, ("equivalent_to",), err))
             continue
         if p.section == "forward":
             hint = f"state it: '{p.output} = ...' in equivalent_to"
             out.append(src.diag(("outputs", p.output), msg, hint, key=True))
             continue
         info = checked.analysis.info(p.output)
-        hint = (
-            "the backward steps compute something else than the gradient of the forward math"
-            if p.status == "mismatch"
-            else ""
-        )
+        if p.status == "mismatch":
+            hint = "the backward steps compute something else than the gradient of the forward math"
+        elif p.output not in dict(spec.backward.grads):
+            hint = f"declare it in backward.grads as '{p.output}: <forward tensor>'"
+        else:
+            hint = ""  # the note already says what to assign in equivalent_to
         if info is not None and info.loc is not None and info.loc.path:
             out.append(src.diag(info.loc.path, msg, hint))
         else:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from coda_spec import cli
 from coda_spec.errors import EXIT_MISMATCH, EXIT_OK, EXIT_TOOL_FAILURE
 from coda_spec.frontend import check_file, check_source
-from coda_spec.mathcheck import prove, small
+from coda_spec.mathcheck import diagnostics, prove, small
 from coda_spec.source import parse_text
 from tests.conftest import ROOT
 
@@ -112,6 +112,13 @@ outputs: {y: bf16, r: bf16}
 """
 
 
+def _math(tmp_path, text):
+    """Write ``text`` as a spec and run ``coda check --math`` on it: (file, result)."""
+    f = tmp_path / "spec.yaml"
+    f.write_text(text)
+    return f, _check("--math", f)
+
+
 def _checked(text):
     return check_source(parse_text("t.yaml", text))
 
@@ -126,18 +133,14 @@ def test_no_equivalent_to_is_unproven(tmp_path):
 
 
 def test_output_missing_from_equivalent_to_is_unproven(tmp_path):
-    f = tmp_path / "half.yaml"
-    f.write_text(SPEC + "equivalent_to: |\n  y = x @ w.T\n")
-    res = _check("--math", f)
+    f, res = _math(tmp_path, SPEC + "equivalent_to: |\n  y = x @ w.T\n")
     assert res.exit_code == EXIT_MISMATCH, res.output
     assert "forward output 'r' is not proven: equivalent_to does not assign 'r'" in res.output
     assert f"{f}:14:" in res.output  # at outputs.r
 
 
 def test_right_equivalent_to_is_proven(tmp_path):
-    f = tmp_path / "ok.yaml"
-    f.write_text(SPEC + "equivalent_to: |\n  y = x @ w.T\n  r = relu(x @ w.T)\n")
-    res = _check("--math", f)
+    _, res = _math(tmp_path, SPEC + "equivalent_to: |\n  y = x @ w.T\n  r = relu(x @ w.T)\n")
     assert res.exit_code == EXIT_OK, res.output
     assert "2/2 forward outputs equal equivalent_to" in res.output
 
@@ -153,6 +156,9 @@ def test_backward_output_that_is_not_a_gradient():
     (bad,) = [p for p in report.proofs if not p.ok]
     assert bad.output == "dw_gu" and bad.status == "unproven"
     assert "not a gradient" in bad.note
+    (d,) = diagnostics(checked, report)
+    assert "declare it in backward.grads as 'dw_gu: <forward tensor>'" in d.hint
+    assert d.path.startswith("backward.steps[2]")  # at the item that writes dw_gu
 
 
 def test_small_dims_keep_shape_rules():
