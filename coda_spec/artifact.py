@@ -221,3 +221,13 @@ def eval_shape(shape, sizes: dict) -> tuple:
         else:
             out.append(int(sizes[d]))
     return tuple(out)
+
+
+def gemm_extents(manifest: dict, step: dict, sizes: dict) -> tuple[int, int, int]:
+    """(M, N, K) of a kernel step's GEMM ``acc = a' @ b'`` at ``sizes``."""
+    tensors = manifest["tensors"]
+    (a_t, a_tr), (b_t, b_tr) = step["a"], step["b"]
+    a = eval_shape(tensors[a_t]["shape"], sizes)
+    b = eval_shape(tensors[b_t]["shape"], sizes)
+    a, b = (a[::-1] if a_tr else a), (b[::-1] if b_tr else b)
+    return a[0], b[1], a[1]

@@ -2,11 +2,12 @@
 
 Commands: ``check`` (validate specs, located errors; ``--math`` adds the fp64 algebra proof of
 ``coda_spec.mathcheck``), ``build`` (``coda_spec.build``), ``verify`` (``coda_spec.verify``),
-``schema`` (print the JSON Schema), ``primitives`` (list the registry). Exit codes (stable, in
-``coda_spec.errors``): 0 ok, 1 tool failure, 2 invalid spec, 3 wrong math or numerics, 4 no GPU
-(verify). No Python traceback reaches a user: unexpected failures print one line and exit 1
-(set ``CODA_DEBUG=1`` to see the traceback). ``check`` without ``--math`` imports neither torch
-nor quack; every command imports what it needs inside its own body.
+``bench`` (``coda_spec.bench``), ``schema`` (print the JSON Schema), ``primitives`` (list the
+registry). Exit codes (stable, in ``coda_spec.errors``): 0 ok, 1 tool failure, 2 invalid spec, 3
+wrong math or numerics, 4 no GPU (verify, bench). No Python traceback reaches a user: unexpected
+failures print one line and exit 1 (set ``CODA_DEBUG=1`` to see the traceback). ``check``
+without ``--math`` imports neither torch nor quack; every command imports what it needs inside
+its own body.
 """
 
 from __future__ import annotations
@@ -385,6 +386,91 @@ def _has_gpu() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+@main.command(short_help="Time built chains against cuBLAS SoL, eager, torch.compile, Liger.")
+@click.argument("targets", nargs=-1)
+@click.option("--m", "m_text", default=None, help="Dynamic-dim sizes, e.g. 16384,4096.")
+@click.option("--dims", "dims_text", default=None, help="Static dims, e.g. D=2048,F=5632.")
+@click.option(
+    "--width",
+    "width_text",
+    default=None,
+    help="Catalogue width rule: D=W, F=round_up(8/3 W, 256), KV=W/512 heads; e.g. 2048,4096.",
+)
+@click.option(
+    "--baselines",
+    default="eager,compile,liger",
+    show_default=True,
+    help="Baselines to time (any of eager, compile, liger; 'none' for SoL only).",
+)
+@click.option("--rounds", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--warmup", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Input seed.")
+@click.option("--no-kernels", is_flag=True, help="Do not time each coda kernel alone.")
+@click.option("--out", default=None, help="Results directory [default: build/bench].")
+@click.option("--builds", default="build", show_default=True, help="Where specs' builds are.")
+@click.option("--compare", default=None, help="An earlier results JSON to compare against.")
+@click.option("--plot", default=None, help="Draw one PNG per chain from this results JSON.")
+def bench(
+    targets,
+    m_text,
+    dims_text,
+    width_text,
+    baselines,
+    rounds,
+    warmup,
+    seed,
+    no_kernels,
+    out,
+    builds,
+    compare,
+    plot,
+):
+    """Time built chains on a CUDA GPU (never compiles coda kernels).
+
+    TARGETS are build directories, spec files (their latest build under --builds), or results
+    .json files from an earlier run (re-rendered, no GPU). Exit status: 0 ok, 1 tool failure,
+    2 invalid arguments, 4 no GPU.
+    """
+    _need_torch("coda bench", "on a GPU machine, the CUDA build you already use")
+    from coda_spec.bench import command as C
+    from coda_spec.runtime import CodaRuntimeError
+
+    try:
+        names = tuple(b for b in baselines.split(",") if b and b != "none")
+        unknown = [b for b in names if b not in ("eager", "compile", "liger")]
+        if unknown:
+            raise ValueError(f"--baselines: unknown {unknown}; choose from eager,compile,liger")
+        if not targets and plot is None:
+            raise ValueError("give build directories, specs or results .json files (or --plot)")
+        args = C.Args(
+            targets=tuple(targets),
+            ms=C.parse_ints(m_text, "--m"),
+            dims=C.parse_dims(dims_text),
+            widths=C.parse_ints(width_text, "--width"),
+            baselines=names,
+            rounds=rounds,
+            warmup=warmup,
+            seed=seed,
+            kernels=not no_kernels,
+            out=Path(out) if out else None,
+            builds=Path(builds),
+            compare=Path(compare) if compare else None,
+            plot=Path(plot) if plot else None,
+        )
+        status = C.main(args, _load_chain, _has_gpu)
+    except SpecError as e:
+        for d in e.diagnostics:
+            click.echo(render_text(d, _raw_lines(d.file)), err=True)
+        status = EXIT_INVALID_SPEC
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        status = EXIT_INVALID_SPEC
+    except (ToolError, CodaRuntimeError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        status = EXIT_TOOL_FAILURE
+    sys.exit(status)
 
 
 @main.command(short_help="Print the spec language's JSON Schema.")

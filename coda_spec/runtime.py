@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.artifact import eval_shape, input_required, read_manifest
+from coda_spec.artifact import eval_shape, gemm_extents, input_required, read_manifest
 from coda_spec.finalize import mean_of
 from coda_spec.reference import TORCH_DTYPES
 
@@ -264,12 +264,7 @@ class Chain:
     # -- planning ----------------------------------------------------------------------------
     def gemm_extents(self, step: dict, sizes: dict) -> tuple[int, int, int]:
         """(M, N, K) of a kernel step's GEMM ``acc = a' @ b'`` at ``sizes``."""
-        tensors = self.manifest["tensors"]
-        (a_t, a_tr), (b_t, b_tr) = step["a"], step["b"]
-        a = eval_shape(tensors[a_t]["shape"], sizes)
-        b = eval_shape(tensors[b_t]["shape"], sizes)
-        a, b = (a[::-1] if a_tr else a), (b[::-1] if b_tr else b)
-        return a[0], b[1], a[1]
+        return gemm_extents(self.manifest, step, sizes)
 
     def launches(self, step: dict, sizes: dict) -> bool:
         """Whether a kernel step launches its kernel at ``sizes``: not when its GEMM is empty."""
@@ -320,6 +315,23 @@ class Chain:
         inputs = {n: env[n] for n in self.required_inputs}
         out = self.run(inputs, grads=grads)
         return {o["name"]: out[o["name"]] for o in self.manifest.get("backward_outputs", [])}
+
+    def steps_fn(self, env: dict, sizes: dict, steps: list[dict]):
+        """A callable that runs ``steps`` (manifest step dicts: one kernel, or the backward
+        section) on a shallow copy of ``env`` -- the tensors of a finished :meth:`run` -- and
+        returns that copy. Each call allocates its outputs afresh, as a real call does; an
+        ``add_to`` output accumulates into ``env``'s tensor again. Inputs are not re-validated:
+        for timing one kernel or one section alone (``coda bench``), not for users."""
+        self._device = _current_device()
+        self._poison = False
+
+        def call() -> dict:
+            work = dict(env)
+            with torch.no_grad():
+                self._steps(steps, work, sizes, {})
+            return work
+
+        return call
 
     def _steps(self, steps, env, sizes, partials):
         for step in steps:

@@ -1,0 +1,137 @@
+"""What ``coda bench`` does with its arguments (``cli.bench`` only parses them).
+
+Two modes, chosen by the targets:
+
+* **timing** (build directories or spec files; a spec means its latest build under
+  ``--builds``): needs a CUDA GPU; writes ``bench.json`` and ``bench.csv`` into ``--out`` and
+  prints the table;
+* **results** (``.json`` files written by an earlier run): no GPU; prints their table again.
+
+Either way ``--compare OLD.json`` prints the change from an earlier run and ``--plot`` draws one
+PNG per chain from a results file (matplotlib, Agg), so charts and comparisons work on a
+machine without a GPU: ``coda bench --plot results.json`` (PNGs beside it, or in ``--out``).
+
+Exit codes: 0 ok, 1 tool failure (a target that is neither a build, a spec nor results; a
+chain that failed at every shape), 2 invalid arguments or spec, 4 no CUDA GPU for timing.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
+
+
+@dataclass(frozen=True)
+class Args:
+    targets: tuple
+    ms: tuple
+    dims: dict
+    widths: tuple
+    baselines: tuple
+    rounds: int
+    warmup: int
+    seed: int
+    kernels: bool
+    out: Path | None  # default: build/bench (timing), beside the JSON (--plot)
+    builds: Path
+    compare: Path | None
+    plot: Path | None  # a results JSON to draw charts from
+
+
+def parse_ints(text: str | None, what: str) -> tuple:
+    if not text:
+        return ()
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as e:
+        raise ValueError(f"{what} {text!r}: expected integers separated by commas") from e
+
+
+def parse_dims(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        return {k.strip(): int(v) for k, v in (p.split("=") for p in text.split(","))}
+    except ValueError as e:
+        raise ValueError(f"--dims {text!r}: expected NAME=INT,... e.g. D=2048,F=5632") from e
+
+
+def _read_results(path: Path):
+    from coda_spec.bench.model import loads
+
+    try:
+        return loads(Path(path).read_text())
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ToolError(f"{path}: not a coda bench results file: {e}") from e
+
+
+def _echo(text: str, err: bool = False) -> None:
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def _timing_targets(args: Args, load_chain) -> list:
+    from coda_spec.verify import resolve
+
+    out = []
+    for t in args.targets:
+        directory = resolve(t, args.builds)
+        out.append((directory, load_chain(directory)))
+    return out
+
+
+def main(args: Args, load_chain, has_gpu) -> int:
+    """Run ``coda bench``; returns the exit status. ``load_chain``/``has_gpu``: the CLI's seams
+    (tests substitute fakes)."""
+    from coda_spec.bench import report
+
+    results = [t for t in args.targets if str(t).endswith(".json")]
+    timing = [t for t in args.targets if not str(t).endswith(".json")]
+    if results and timing:
+        raise ValueError("give build directories / specs to time, or results .json files, not both")
+    runs = [_read_results(Path(p)) for p in results]
+    if args.plot is not None:
+        if args.targets:
+            raise ValueError("--plot draws charts from a results file; give it no targets")
+        for p in report.plot(_read_results(args.plot), args.out or Path(args.plot).parent):
+            _echo(f"wrote {p}")
+        return EXIT_OK
+    status = EXIT_OK
+    if timing:
+        if not has_gpu():
+            _echo(
+                "error: coda bench times kernels on a CUDA GPU; none here. Charts and "
+                "comparisons of earlier results work anywhere: coda bench --plot results.json",
+                err=True,
+            )
+            return EXIT_NO_GPU
+        from coda_spec.bench.driver import Options, run_bench
+
+        opts = Options(
+            ms=args.ms or (16384,),
+            dims=args.dims,
+            widths=args.widths,
+            baselines=args.baselines,
+            rounds=args.rounds,
+            warmup=args.warmup,
+            seed=args.seed,
+            kernels=args.kernels,
+        )
+        targets = _timing_targets(args, load_chain)
+        command = "coda bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+        run = run_bench(targets, opts, command)
+        out = args.out or Path("build/bench")
+        out.mkdir(parents=True, exist_ok=True)
+        for p in report.write_outputs(run, out):
+            _echo(f"wrote {p}", err=True)
+        if not run.cases:
+            status = EXIT_TOOL_FAILURE
+        runs = [run]
+    for run in runs:
+        _echo(report.render_table(run))
+    if args.compare is not None and runs:
+        _echo(report.render_compare(_read_results(args.compare), runs[-1]))
+    return status

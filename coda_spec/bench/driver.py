@@ -1,0 +1,454 @@
+"""``coda bench``: time built chains against cuBLAS speed of light and unfused baselines.
+
+Layer map: cli -> bench.driver -> {bench.timing, bench.roofline, bench.baselines, bench.model}
+-> {runtime, verify.resized_manifest, inputs, frontend}. Like verify, bench never compiles
+coda kernels: it loads a build (``coda_spec.runtime``) and runs it at the asked dims.
+
+Per chain and per shape (``--m`` for the dynamic dim, ``--dims`` / ``--width`` for static ones):
+
+1. **Dims.** A static dim other than the build's re-sizes the manifest without a rebuild, as
+   verify's ragged case does (the kernels are shape-symbolic); dims the spec's shape rules
+   refuse give a message naming the rebuild. ``--width W`` applies the catalogue width rule:
+   D = W, F = round_up(8/3·W, 256), KV = (W/512)·head_dim, head_dim and V unchanged -- each only
+   where the spec has the dim.
+2. **Inputs** are drawn on the device with ``coda_spec.inputs`` (never zeros; derived inputs
+   such as b4's lse are computed from the others), the same tensors for every candidate.
+3. **Candidates**, per direction (``fwd``; with a ``backward:`` section also ``bwd`` and
+   ``fwd+bwd``): coda's whole chain through the runtime (kernels, finalizes, host steps,
+   validation included: what a user's call costs); ``sol``: the section's GEMMs through
+   ``torch.mm`` on the same operand views; ``eager`` / ``compile`` / ``liger`` from
+   ``coda_spec.bench.baselines``; and each coda kernel alone next to its own ``torch.mm``.
+   Backward baselines are autograd of the baseline forward (``torch.autograd.grad`` with the
+   spec's incoming gradients; ``bwd`` replays it on a retained graph).
+4. **Agreement.** Before timing, every output the eager baseline produces is compared with
+   coda's (relative error, reported in the case notes): a baseline that computes something else
+   is not a baseline; nor is a coda kernel run at dims it cannot take.
+5. **Timing** (``coda_spec.bench.timing``): warm-up, then interleaved rounds of every candidate
+   of the shape, each sample after an L2 flush.
+
+The device's peaks are measured once per run (a large bf16 ``torch.mm``, a large copy) and
+recorded with the results; SoL for steps without a GEMM uses the measured copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from coda_spec.bench import roofline as R
+from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
+from coda_spec.bench.timing import Clock, time_interleaved
+from coda_spec.errors import ToolError
+
+DEFAULT_M = (16384,)
+BASELINE_NAMES = ("eager", "compile", "liger")
+COMPARE_RTOL = 2e-2  # coda vs the eager baseline: both bf16 pipelines, a few roundings apart
+
+
+@dataclass(frozen=True)
+class Options:
+    ms: tuple = DEFAULT_M
+    dims: dict = field(default_factory=dict)  # explicit static dims (--dims)
+    widths: tuple = ()  # catalogue width rule (--width); () = the build's own dims
+    baselines: tuple = BASELINE_NAMES
+    rounds: int = 20
+    warmup: int = 2
+    seed: int = 0
+    kernels: bool = True  # also time each coda kernel alone
+    device: str = "cuda"  # where inputs are drawn (CPU tests run the driver on a fake chain)
+
+
+# -- dims ----------------------------------------------------------------------------------------
+def round_up(x: float, to: int) -> int:
+    return int(math.ceil(x / to) * to)
+
+
+def width_dims(spec, width: int) -> dict:
+    """The catalogue width rule, for the dims ``spec`` has."""
+    have = {d.name: d.size for d in spec.dims if d.size is not None}
+    out = {}
+    if "D" in have:
+        out["D"] = width
+    if "F" in have:
+        out["F"] = round_up(8 * width / 3, 256)
+    if "KV" in have:
+        out["KV"] = (width // 512) * have.get("head_dim", 128)
+    return out
+
+
+def shapes(spec, opts: Options) -> list[dict]:
+    """Every dims binding to run ``spec`` at: widths x M values, static dims overridden."""
+    have = {d.name for d in spec.dims if d.size is not None}
+    dynamic = [d.name for d in spec.dims if d.size is None]
+    static = {k: v for k, v in opts.dims.items() if k in have}
+    widths = [width_dims(spec, w) for w in opts.widths] or [{}]
+    out = []
+    for w in widths:
+        for m in opts.ms:
+            out.append(
+                {**{d.name: d.size for d in spec.dims}, **w, **static, **{n: m for n in dynamic}}
+            )
+    return out
+
+
+def at_dims(chain, checked, sizes: dict):
+    """(chain, checked) re-sized to ``sizes``' static dims without a rebuild, or ToolError."""
+    from coda_spec.errors import SpecError
+    from coda_spec.frontend import with_dims
+    from coda_spec.verify import resized_manifest
+
+    declared = checked.spec.dim_sizes()
+    static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
+    if not static:
+        return chain, checked
+    try:
+        case = with_dims(checked, static)
+    except SpecError as e:
+        why = "; ".join(d.message for d in e.diagnostics)
+        raise ToolError(
+            f"{checked.spec.name}: this build cannot run at {static}: {why}; rebuild with those "
+            f"dims in the spec (edit dims:, then coda build)"
+        ) from e
+    return chain.with_manifest(resized_manifest(chain, case)), case
+
+
+# -- device --------------------------------------------------------------------------------------
+def device_info(peak_tflops: float, copy_gbps: float) -> Device:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    driver = ""
+    if shutil.which("nvidia-smi"):
+        try:
+            driver = (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+                .stdout.split("\n")[0]
+                .strip()
+            )
+        except (OSError, subprocess.SubprocessError):
+            driver = ""
+    return Device(
+        name=props.name,
+        capability=f"sm_{props.major}{props.minor}",
+        driver=driver,
+        torch=torch.__version__,
+        cuda=str(torch.version.cuda),
+        sms=props.multi_processor_count,
+        peak_tflops=peak_tflops,
+        copy_gbps=copy_gbps,
+    )
+
+
+def measure_peaks(clock: Clock, rounds: int = 10) -> tuple[float, float, dict]:
+    """(bf16 mm TFLOP/s, copy GB/s) measured here: an 8192^3 torch.mm, a 1 GiB copy."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    src = torch.randn(256 * 1024 * 1024, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    stats, _, _ = time_interleaved(
+        {"mm": lambda: torch.mm(a, b), "copy": lambda: dst.copy_(src)}, clock, rounds, warmup=3
+    )
+    tflops = 2 * n**3 / stats["mm"].median_ms / 1e9
+    gbps = 2 * src.numel() * src.element_size() / stats["copy"].median_ms / 1e6
+    return tflops, gbps, stats
+
+
+# -- candidates ----------------------------------------------------------------------------------
+def _operands(manifest: dict, step: dict, env: dict):
+    (a_t, a_tr), (b_t, b_tr) = step["a"], step["b"]
+    a = env[a_t].T if a_tr else env[a_t]
+    b = env[b_t].T if b_tr else env[b_t]
+    return a, b
+
+
+def gemms_fn(manifest: dict, steps: list[dict], env: dict) -> Callable[[], object] | None:
+    """The section's GEMMs through cuBLAS on coda's own operand tensors (None: no GEMM)."""
+    pairs = [_operands(manifest, s, env) for s in steps if s["kind"] == "kernel"]
+    if not pairs:
+        return None
+    return lambda: [torch.mm(a, b) for a, b in pairs]
+
+
+def _grad_map(checked) -> tuple[dict, dict]:
+    """(incoming: grad name -> output it is the gradient of, produced: grad -> input)."""
+    bwd = checked.spec.backward
+    produced = {o.name for o in bwd.outputs}
+    incoming = {g: t for g, t in bwd.grads if g not in produced}
+    made = {g: t for g, t in bwd.grads if g in produced}
+    return incoming, made
+
+
+def _mark_dynamic(checked, args: dict) -> None:
+    """Tell torch.compile which axes are the spec's dynamic dims (M): one graph serves every M
+    at these static dims, and the static dims stay static (what a training job sees)."""
+    dynamic = {d.name for d in checked.spec.dims if d.size is None}
+    for t in checked.spec.tensors:
+        x = args.get(t.name)
+        if isinstance(x, torch.Tensor):
+            for axis, d in enumerate(t.shape):
+                if d in dynamic and x.dim() > axis:
+                    torch._dynamo.maybe_mark_dynamic(x, axis)
+
+
+def baseline_fns(base, checked, inputs: dict, grads: dict | None, compiled=None) -> dict:
+    """{direction: callable} for one baseline (``compiled``: its fn through torch.compile)."""
+    fn = compiled or base.fn
+    args = base.prepare(dict(inputs)) if base.prepare else dict(inputs)
+    if compiled is not None:
+        _mark_dynamic(checked, args)
+    out = {"fwd": lambda: fn(args)}
+    if grads is None or checked.spec.backward is None:
+        return out
+    incoming, made = _grad_map(checked)
+    wrt_names = [t for t in made.values() if t in args]
+    outs_for = {g: t for g, t in incoming.items()}
+
+    def forward_graph():
+        leaves = {
+            k: (v.detach().requires_grad_(True) if k in wrt_names else v) for k, v in args.items()
+        }
+        res = fn(leaves)
+        ys = [res[t] for t in outs_for.values()]
+        gs = [grads[g] for g in outs_for]
+        return ys, gs, [leaves[n] for n in wrt_names]
+
+    def fwd_bwd():
+        ys, gs, xs = forward_graph()
+        return torch.autograd.grad(ys, xs, gs, allow_unused=True)
+
+    held = {}
+
+    def bwd():
+        if "graph" not in held:
+            held["graph"] = forward_graph()
+        ys, gs, xs = held["graph"]
+        return torch.autograd.grad(ys, xs, gs, retain_graph=True, allow_unused=True)
+
+    out["bwd"] = bwd
+    out["fwd+bwd"] = fwd_bwd
+    return out
+
+
+def _agreement(checked, coda_env: dict, base, inputs: dict) -> list[str]:
+    """One note: the eager baseline's outputs against coda's (relative error, worst output), or
+    every output that disagrees (``MISMATCH``: a shape, a non-finite value, rel err > 2e-2)."""
+    errs, bad = {}, []
+    res = base.fn(base.prepare(dict(inputs)) if base.prepare else dict(inputs))
+    for name in base.produces:
+        if name not in coda_env or name not in res:
+            continue
+        got, want = res[name].double(), coda_env[name].double()
+        if got.shape != want.shape:
+            bad.append(f"'{name}' shape {tuple(got.shape)} != coda {tuple(want.shape)}")
+            continue
+        finite = torch.isfinite(want) & torch.isfinite(got)
+        rel = float((got - want)[finite].norm()) / (float(want[finite].norm()) or 1.0)
+        errs[name] = rel
+        lost = int((torch.isfinite(want) != torch.isfinite(got)).sum())
+        if rel > COMPARE_RTOL or lost:
+            bad.append(f"'{name}' rel err {rel:.2e}" + (f", {lost} non-finite" if lost else ""))
+    if bad:
+        return ["MISMATCH coda vs eager: " + "; ".join(bad)]
+    if not errs:
+        return []
+    worst = max(errs, key=errs.get)
+    return [f"coda = eager on {len(errs)} output(s), worst rel err {errs[worst]:.1e} ({worst})"]
+
+
+def _stats_or_none(stats: dict, failed: dict, key: str) -> tuple[Stats | None, str]:
+    if key in stats:
+        return stats[key], ""
+    return None, f"failed: {failed.get(key, 'not run')}"
+
+
+# -- one chain at one shape ----------------------------------------------------------------------
+def bench_shape(
+    chain,
+    checked,
+    sizes: dict,
+    opts: Options,
+    clock: Clock,
+    copy_gbps: float,
+    compiled: dict,
+    progress: Callable[[str], None],
+) -> list[Case]:
+    from coda_spec.bench import baselines as B
+    from coda_spec.inputs import make_grads, make_inputs
+
+    chain, checked = at_dims(chain, checked, sizes)
+    m = chain.manifest
+    low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
+    inputs = {k: low[k] for k in chain.required_inputs}
+    grads = None
+    if m.get("backward_steps") and m.get("grads_in"):
+        g, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, device=opts.device)
+        grads = g
+    env = chain.run(dict(inputs), grads=dict(grads) if grads else None)
+    clock.resolve([])  # waits for the device
+    directions = ["fwd"] + (["bwd", "fwd+bwd"] if grads else [])
+    cands: dict[str, Callable] = {f"{CODA}:fwd": lambda: chain.run(dict(inputs))}
+    if grads:
+        cands[f"{CODA}:bwd"] = chain.steps_fn(env, sizes, m["backward_steps"])
+        cands[f"{CODA}:fwd+bwd"] = lambda: chain.run(dict(inputs), grads=dict(grads))
+    for d in directions:
+        fn = gemms_fn(m, R.section_steps(m, d), env)
+        if fn is not None:
+            cands[f"sol:{d}"] = fn
+    notes: list[str] = []
+    base_notes: dict[str, str] = {}
+    complete: dict[str, bool] = {}
+    bases = {}
+    if "eager" in opts.baselines or "compile" in opts.baselines:
+        bases["eager"] = B.eager(checked, sizes)
+        notes += _agreement(checked, env, bases["eager"], low)
+    if "liger" in opts.baselines:
+        lig = B.liger(checked, sizes)
+        if lig is not None:
+            bases["liger"] = lig
+    for name in opts.baselines:
+        base = bases.get("eager" if name == "compile" else name)
+        if base is None:
+            continue
+        comp = None
+        if name == "compile":  # one compile per chain and static dims; M stays dynamic
+            key = (checked.spec.name, tuple(sorted(checked.spec.dim_sizes().items())))
+            if key not in compiled:
+                compiled[key] = torch.compile(base.fn)
+            comp = compiled[key]
+        base_notes[name] = base.note
+        complete[name] = {o["name"] for o in m["outputs"]} <= set(base.produces)
+        for d, fn in baseline_fns(base, checked, low, grads, comp).items():
+            cands[f"{name}:{d}"] = fn
+    kernel_steps = {
+        d: [s for s in R.section_steps(m, d) if s["kind"] == "kernel"] for d in ("fwd", "bwd")
+    }
+    if opts.kernels:
+        for d in ("fwd", "bwd"):
+            for s in kernel_steps[d] if d in directions else []:
+                cands[f"kernel:{s['name']}"] = chain.steps_fn(env, sizes, [s])
+                a, b = _operands(m, s, env)
+                cands[f"kernel-sol:{s['name']}"] = lambda a=a, b=b: torch.mm(a, b)
+    t0 = time.perf_counter()
+    stats, failed, first = time_interleaved(
+        cands,
+        clock,
+        opts.rounds,
+        opts.warmup,
+        progress=lambda msg: progress(f"{msg} ({time.perf_counter() - t0:.1f} s)"),
+    )
+    cases = []
+    for d in directions:
+        steps = R.section_steps(m, d)
+        outs = R.section_outputs(m, d)
+        gemm = stats.get(f"sol:{d}")
+        timed = []
+        for name in (CODA, *opts.baselines):
+            key = f"{name}:{d}"
+            if name != CODA and key not in cands:
+                continue
+            st, why = _stats_or_none(stats, failed, key)
+            note = "; ".join(x for x in (base_notes.get(name, ""), why) if x)
+            if name == "compile" and key in first:
+                note = "; ".join(x for x in (note, f"first call {first[key]:.1f} s") if x)
+            timed.append(Timed(name, st, note, complete.get(name, True)))
+        kernels = []
+        for s in kernel_steps.get(d, []) if opts.kernels and d != "fwd+bwd" else []:
+            kc, kwhy = _stats_or_none(stats, failed, f"kernel:{s['name']}")
+            ks, _ = _stats_or_none(stats, failed, f"kernel-sol:{s['name']}")
+            kernels.append(
+                KernelTimed(
+                    s["name"],
+                    kc,
+                    ks,
+                    R.gemm_flops(m, s, sizes),
+                    R.step_bytes(m, s, sizes),
+                    kwhy,
+                )
+            )
+        cases.append(
+            Case(
+                chain=checked.spec.name,
+                dims=dict(sizes),
+                direction=d,
+                sol_kind=R.sol_kind(steps),
+                flops=float(sum(R.gemm_flops(m, s, sizes) for s in steps if s["kind"] == "kernel")),
+                bytes=float(R.min_bytes(m, steps, outs, sizes)),
+                sol_ms=R.sol_ms(m, steps, outs, sizes, gemm.median_ms if gemm else None, copy_gbps),
+                candidates=tuple(timed),
+                kernels=tuple(kernels),
+                sol=gemm,
+                notes=tuple(notes) if d == "fwd" else (),
+            )
+        )
+    return cases
+
+
+def run_bench(
+    targets: list, opts: Options, command: str, progress: Callable[[str], None] | None = None
+) -> BenchRun:
+    """``targets``: (build directory, loaded chain) pairs. Needs a CUDA GPU."""
+    from coda_spec.bench.timing import CudaClock
+
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if not torch.cuda.is_available():
+        raise ToolError("coda bench needs a CUDA GPU (torch.cuda.is_available() is False)")
+    clock = CudaClock()
+    # torch.compile: dims we mark dynamic (M) are dynamic; any other change (a new width)
+    # compiles a new static graph rather than turning D dynamic behind our back
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    torch._dynamo.config.cache_size_limit = 64
+    say("measuring device peaks (bf16 mm 8192^3, 1 GiB copy)")
+    tflops, gbps, _ = measure_peaks(clock)
+    device = device_info(tflops, gbps)
+    say(
+        f"{device.name} ({device.capability}, driver {device.driver}): "
+        f"mm {tflops:.0f} TFLOP/s, copy {gbps:.0f} GB/s"
+    )
+    jobs = []
+    for directory, chain in targets:
+        checked = chain.checked()
+        jobs += [(directory, chain, checked, s) for s in shapes(checked.spec, opts)]
+    cases, notes, compiled = [], [], {}
+    for i, (_, chain, checked, sizes) in enumerate(jobs, 1):
+        label = f"[{i}/{len(jobs)}] {checked.spec.name} " + " ".join(
+            f"{k}={v}" for k, v in sizes.items()
+        )
+        say(label)
+        try:
+            cases += bench_shape(
+                chain,
+                checked,
+                sizes,
+                opts,
+                clock,
+                gbps,
+                compiled,
+                lambda msg, label=label: say(f"  {label}: {msg}"),
+            )
+            torch.cuda.empty_cache()  # this shape's tensors are gone; give the next one room
+        except (ToolError, RuntimeError, ValueError) as e:
+            msg = f"{label}: skipped: {type(e).__name__}: {str(e).splitlines()[0]}"
+            say(msg)
+            notes.append(msg)
+            torch.cuda.empty_cache()
+    return BenchRun(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        command=command,
+        device=device,
+        rounds=opts.rounds,
+        cases=tuple(cases),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,133 @@
+"""The work a chain must do, from its manifest: GEMM flops and the fewest bytes it must move.
+
+Speed of light (SoL) in ``coda bench`` has two parts:
+
+* **GEMMs**: the chain's GEMMs through cuBLAS (``torch.mm`` on the same operand views),
+  *measured* in the same rounds as the chain; coda's fused kernels do that GEMM work plus their
+  epilogues, so coda / SoL near 1.0 means the epilogue is free.
+* **Steps without a GEMM** (host steps such as RoPE backward or cross-entropy): the memory
+  roofline, ``bytes / copy bandwidth``, with the bandwidth measured on the device (a large
+  device-to-device copy, bytes read + written per second). A chain with no GEMM at all
+  (``memory``) is all roofline; a chain with both (``gemm+memory``) adds the two.
+
+Bytes are the minimum traffic of a section (forward, backward, or both): every tensor the
+section reads but does not produce is read once, every tensor it declares as an output is
+written once; intermediates (partial buffers, tensors one step writes and a later one reads)
+are free, as in an ideal fusion. Finalize steps are tiny and count nothing. An ``add_to`` output
+reads the tensor it accumulates into (that tensor is a section input) and writes the result.
+
+Flops count the GEMMs only (2·M·N·K each); epilogue arithmetic is not counted.
+
+Pure functions over manifest dicts and a ``sizes`` mapping; shapes are evaluated with
+``coda_spec.artifact.eval_shape`` and element sizes come from ``coda_spec.reference``'s dtype
+table, so this module has no table of its own.
+"""
+
+from __future__ import annotations
+
+from coda_spec.artifact import eval_shape, gemm_extents
+from coda_spec.reference import TORCH_DTYPES
+
+READ_ROLES = ("tile", "index", "row", "col", "scalar")
+WRITE_ROLES = ("aux", "select", "colred", "rowred", "group_out")
+
+
+def section_steps(manifest: dict, direction: str) -> list[dict]:
+    if direction == "fwd":
+        return list(manifest["steps"])
+    if direction == "bwd":
+        return list(manifest.get("backward_steps", []))
+    if direction == "fwd+bwd":
+        return list(manifest["steps"]) + list(manifest.get("backward_steps", []))
+    raise ValueError(f"unknown direction {direction!r}")
+
+
+def section_outputs(manifest: dict, direction: str) -> list[str]:
+    fwd = [o["name"] for o in manifest["outputs"]]
+    bwd = [o["name"] for o in manifest.get("backward_outputs", [])]
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[direction]
+
+
+def reads(step: dict) -> list[str]:
+    if step["kind"] == "kernel":
+        names = [step["a"][0], step["b"][0]]
+        if step.get("c") is not None:
+            names.append(step["c"][0])
+        if step.get("add_to"):
+            names.append(step["add_to"])
+        names += [f["tensor"] for f in step["fields"] if f["role"] in READ_ROLES]
+        return names
+    if step["kind"] == "host":
+        return list(step["reads"])
+    return [step["of"]]
+
+
+def writes(step: dict) -> list[str]:
+    if step["kind"] == "kernel":
+        names = [step["d"][0]] if step.get("d") is not None else []
+        return names + [f["tensor"] for f in step["fields"] if f["role"] in WRITE_ROLES]
+    if step["kind"] == "host":
+        return list(step["writes"])
+    return [step["result"]]
+
+
+def tensor_bytes(manifest: dict, name: str, sizes: dict) -> int:
+    t = manifest["tensors"][name]
+    n = 1
+    for d in eval_shape(t["shape"], sizes):
+        n *= d
+    return n * TORCH_DTYPES[t["dtype"]].itemsize
+
+
+def min_bytes(manifest: dict, steps: list[dict], outputs: list[str], sizes: dict) -> int:
+    """Each tensor the steps read before any of them writes it, once; each output, once."""
+    produced: set[str] = set()
+    read_in: list[str] = []
+    for s in steps:
+        if s["kind"] == "finalize":
+            produced.update(writes(s))
+            continue
+        for n in reads(s):
+            if n not in produced and n not in read_in:
+                read_in.append(n)
+        produced.update(writes(s))
+    return sum(tensor_bytes(manifest, n, sizes) for n in dict.fromkeys(read_in + outputs))
+
+
+def gemm_flops(manifest: dict, step: dict, sizes: dict) -> int:
+    m, n, k = gemm_extents(manifest, step, sizes)
+    return 2 * m * n * k
+
+
+def step_bytes(manifest: dict, step: dict, sizes: dict) -> int:
+    """One step alone: everything it reads, everything it writes (its own minimum traffic)."""
+    names = dict.fromkeys(reads(step) + writes(step))
+    return sum(tensor_bytes(manifest, n, sizes) for n in names)
+
+
+def sol_kind(steps: list[dict]) -> str:
+    kernels = any(s["kind"] == "kernel" for s in steps)
+    hosts = any(s["kind"] == "host" for s in steps)
+    return "gemm+memory" if kernels and hosts else ("gemm" if kernels else "memory")
+
+
+def roofline_ms(nbytes: float, copy_gbps: float) -> float:
+    """Milliseconds to move ``nbytes`` at ``copy_gbps`` (GB/s, read + written)."""
+    return nbytes / (copy_gbps * 1e6) if copy_gbps else 0.0
+
+
+def sol_ms(
+    manifest: dict,
+    steps: list[dict],
+    outputs: list[str],
+    sizes: dict,
+    gemm_ms: float | None,
+    copy_gbps: float,
+) -> float:
+    """The section's speed of light: measured cuBLAS GEMMs + host steps at the roofline; a
+    section without GEMMs is its whole minimum traffic at the roofline."""
+    kind = sol_kind(steps)
+    if kind == "memory":
+        return roofline_ms(min_bytes(manifest, steps, outputs, sizes), copy_gbps)
+    host = sum(step_bytes(manifest, s, sizes) for s in steps if s["kind"] == "host")
+    return (gemm_ms or 0.0) + roofline_ms(host, copy_gbps)
