@@ -412,6 +412,7 @@ def _has_gpu() -> bool:
 @click.option("--builds", default="build", show_default=True, help="Where specs' builds are.")
 @click.option("--compare", default=None, help="An earlier results JSON to compare against.")
 @click.option("--plot", default=None, help="Draw one PNG per chain from this results JSON.")
+@click.option("--markdown", is_flag=True, help="Results mode: print the summary as markdown.")
 def bench(
     targets,
     m_text,
@@ -426,6 +427,7 @@ def bench(
     builds,
     compare,
     plot,
+    markdown,
 ):
     """Time built chains on a CUDA GPU (never compiles coda kernels).
 
@@ -458,6 +460,7 @@ def bench(
             builds=Path(builds),
             compare=Path(compare) if compare else None,
             plot=Path(plot) if plot else None,
+            markdown=markdown,
         )
         status = C.main(args, _load_chain, _has_gpu)
     except SpecError as e:

@@ -348,3 +348,65 @@ def test_unknown_target_is_a_tool_failure(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "_has_gpu", lambda: True)
     res = CliRunner().invoke(cli.main, ["bench", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "not a build directory" in res.output, res.output
+
+
+def test_several_results_merge_into_one_run(tmp_path, monkeypatch):
+    """One device call per width: the results files read as one run, written to --out."""
+    monkeypatch.setattr(cli, "_has_gpu", lambda: False)
+    run, path = _results(tmp_path)
+    other = tmp_path / "w8192.json"
+    wide = replace(run.cases[0], dims={"M": 16384, "D": 8192})
+    other.write_text(Mo.dumps(replace(run, cases=(wide,), command="coda bench y")))
+    res = CliRunner().invoke(
+        cli.main, ["bench", str(path), str(other), "--markdown", "--out", str(tmp_path / "m")]
+    )
+    assert res.exit_code == 0, res.output
+    head, rule, row = [line for line in res.output.splitlines() if line.startswith("|")][:3]
+    assert head == "| chain | dir | M=16384 D=4096 | M=16384 D=8192 |"
+    assert row.startswith("| rmsnorm_chain | fwd | **1.10x SoL, 1.50x eager** |")  # 2.2 vs 2.0
+    merged = Mo.loads((tmp_path / "m" / "bench.json").read_text())
+    assert len(merged.cases) == 2 and merged.command == "coda bench x ; coda bench y"
+
+
+def test_merge_refuses_runs_of_other_devices(tmp_path):
+    run, _ = _results(tmp_path)
+    with pytest.raises(ValueError, match="different devices"):
+        Mo.merge([run, replace(run, device=Mo.Device("NVIDIA A100"))])
+
+
+def test_best_baseline_must_produce_every_output():
+    """A baseline that leaves outputs out is shown, never the one coda is judged against."""
+    case = Mo.Case(
+        "b2",
+        {"M": 1},
+        "fwd",
+        "gemm",
+        1.0,
+        1.0,
+        1.0,
+        candidates=(
+            Mo.Timed("coda", Mo.Stats(2.0, 2.0, 2.0, 3)),
+            Mo.Timed("compile", Mo.Stats(2.5, 2.5, 2.5, 3)),
+            Mo.Timed("liger", Mo.Stats(1.0, 1.0, 1.0, 3), "no h, no zdz", complete=False),
+        ),
+    )
+    assert Mo.best_baseline(case).name == "compile"
+    assert Mo.speedups(case) == {"compile": 1.25, "liger": 0.5}
+
+
+def test_bench_imports_no_compiler_and_no_optional_package():
+    """bench runs where kernels deploy: no cutlass or quack; Liger and matplotlib only when
+    used. And the runtime does not import bench."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import coda_spec.bench.command, coda_spec.bench.driver, "
+        "coda_spec.bench.report, coda_spec.bench.baselines, coda_spec.runtime; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('quack', 'cutlass', 'liger_kernel', 'matplotlib', 'triton')]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    code = "import sys, coda_spec.runtime; assert 'coda_spec.bench' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -5,7 +5,9 @@ Two modes, chosen by the targets:
 * **timing** (build directories or spec files; a spec means its latest build under
   ``--builds``): needs a CUDA GPU; writes ``bench.json`` and ``bench.csv`` into ``--out`` and
   prints the table;
-* **results** (``.json`` files written by an earlier run): no GPU; prints their table again.
+* **results** (``.json`` files written by an earlier run): no GPU; prints their table again
+  (``--markdown``: the summary table docs/benchmarks.md shows). Several files (one device call
+  per width) are merged into one run, written to ``--out`` when given.
 
 Either way ``--compare OLD.json`` prints the change from an earlier run and ``--plot`` draws one
 PNG per chain from a results file (matplotlib, Agg), so charts and comparisons work on a
@@ -40,6 +42,7 @@ class Args:
     builds: Path
     compare: Path | None
     plot: Path | None  # a results JSON to draw charts from
+    markdown: bool = False  # the summary table for docs instead of the terminal table
 
 
 def parse_ints(text: str | None, what: str) -> tuple:
@@ -93,6 +96,14 @@ def main(args: Args, load_chain, has_gpu) -> int:
     if results and timing:
         raise ValueError("give build directories / specs to time, or results .json files, not both")
     runs = [_read_results(Path(p)) for p in results]
+    if len(runs) > 1:  # one device call per width: read as one run
+        from coda_spec.bench.model import merge
+
+        runs = [merge(runs)]
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            for p in report.write_outputs(runs[0], args.out):
+                _echo(f"wrote {p}", err=True)
     if args.plot is not None:
         if args.targets:
             raise ValueError("--plot draws charts from a results file; give it no targets")
@@ -131,7 +142,7 @@ def main(args: Args, load_chain, has_gpu) -> int:
             status = EXIT_TOOL_FAILURE
         runs = [run]
     for run in runs:
-        _echo(report.render_table(run))
+        _echo(report.render_markdown(run) if args.markdown else report.render_table(run))
     if args.compare is not None and runs:
         _echo(report.render_compare(_read_results(args.compare), runs[-1]))
     return status

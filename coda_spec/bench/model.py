@@ -264,3 +264,25 @@ def from_json(data: dict) -> BenchRun:
 
 def loads(text: str) -> BenchRun:
     return from_json(json.loads(text))
+
+
+def merge(runs: list[BenchRun]) -> BenchRun:
+    """Several runs of one device as one (e.g. one device call per width): the cases in order,
+    the first run's date and device, every command and note. Refuses runs of other devices."""
+    if not runs:
+        raise ValueError("nothing to merge")
+    first = runs[0]
+    other = [r.device.name for r in runs if r.device.name != first.device.name]
+    if other:
+        raise ValueError(
+            f"cannot merge runs of different devices ({first.device.name!r} and {other[0]!r})"
+        )
+    return BenchRun(
+        date=first.date,
+        command=" ; ".join(r.command for r in runs),
+        device=first.device,
+        rounds=min(r.rounds for r in runs),
+        cases=tuple(c for r in runs for c in r.cases),
+        flush=first.flush,
+        notes=tuple(n for r in runs for n in r.notes),
+    )

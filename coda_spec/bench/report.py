@@ -42,6 +42,7 @@ from coda_spec.bench.model import (
     Case,
     KernelTimed,
     Stats,
+    best_baseline,
     derived,
     dims_text,
     dumps,
@@ -354,6 +355,41 @@ def render_compare(old: BenchRun, new: BenchRun) -> str:
             lines += ["", f"only in {label}:"]
             lines += [f"  {c.chain}  {_dims(c.dims)}  {c.direction}" for c in only]
     return "\n".join(lines) + "\n"
+
+
+# -- markdown summary --------------------------------------------------------------------------
+def render_markdown(run: BenchRun) -> str:
+    """One markdown table for docs: per chain and direction, one column per shape (the dims
+    every case has, e.g. M and D; each chain's other dims follow them): coda's median, coda /
+    SoL, and coda's speedup over its best complete baseline, named. Bold: a flagged case."""
+    common = (
+        [k for k in run.cases[0].dims if all(k in c.dims for c in run.cases)] if run.cases else []
+    )
+    col = lambda c: " ".join(f"{k}={c.dims[k]}" for k in common)  # noqa: E731
+    cols = list(dict.fromkeys(col(c) for c in run.cases))
+    rows: dict = {}
+    for c in run.cases:
+        rows.setdefault((c.chain, c.direction), {})[col(c)] = c
+    out = ["| chain | dir | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for (chain, direction), by_col in rows.items():
+        cells = []
+        for key in cols:
+            case = by_col.get(key)
+            coda = case.candidate(CODA) if case is not None else None
+            if coda is None or coda.stats is None:
+                cells.append("-")
+                continue
+            x_sol = derived(case, run.device, coda.stats).get("x_sol")
+            best = best_baseline(case)
+            vs = (
+                f"{best.stats.median_ms / coda.stats.median_ms:.2f}x {best.name}"
+                if best is not None
+                else "no baseline"
+            )
+            bold = "**" if flagged(case, run.device) else ""
+            cells.append(f"{bold}{_fmt(x_sol, '.2f', 'x')} SoL, {vs}{bold}")
+        out.append(f"| {chain} | {direction} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 # -- plot ------------------------------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""Measured reasons behind docs/benchmarks.md: where a chain's time goes, on the lent H200.
+
+Two modes, each over ``CHAIN:WIDTH`` arguments (catalogue builds re-sized with coda bench's width
+rule, M = 16384, inputs drawn as coda bench draws them):
+
+* ``ncu``: each coda kernel of the chain, then the cuBLAS GEMM on the same operands, inside an
+  NVTX range ``coda`` so that Nsight Compute profiles just those launches:
+      ncu --nvtx --nvtx-include "coda/" --section SpeedOfLight ... \\
+          python3 benchmarks/profile_reasons.py ncu b2_dgrad_dswiglu:4096
+* ``prof``: one whole chain call under torch.profiler, the CUDA kernels it launched with their
+  count and total time (host steps and finalizes run as many small torch kernels today):
+      python3 benchmarks/profile_reasons.py prof b4_ce_fwd_bwd:4096 llama_block:4096
+
+Run through ``benchmarks/profile_reasons.sh`` on the device.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from coda_spec.bench.driver import Options, _operands, at_dims, shapes
+from coda_spec.inputs import make_grads, make_inputs
+from coda_spec.runtime import load
+
+
+def prepared(target: str):
+    name, width = target.split(":")
+    chain = load(Path("build") / f"{name}-latest")
+    checked = chain.checked()
+    (sizes,) = shapes(checked.spec, Options(ms=(16384,), widths=(int(width),)))
+    chain, checked = at_dims(chain, checked, sizes)
+    low, _ = make_inputs(checked.spec, sizes, 0, device="cuda")
+    inputs = {k: low[k] for k in chain.required_inputs}
+    grads = None
+    if chain.manifest.get("backward_steps"):
+        grads, _ = make_grads(checked.spec, checked.analysis, sizes, 1, device="cuda")
+    env = chain.run(dict(inputs), grads=grads)
+    torch.cuda.synchronize()
+    return chain, sizes, inputs, grads, env
+
+
+def ncu(targets):
+    for t in targets:
+        chain, sizes, _, _, env = prepared(t)
+        m = chain.manifest
+        steps = [s for s in m["steps"] + m.get("backward_steps", []) if s["kind"] == "kernel"]
+        for s in steps:
+            fn = chain.steps_fn(env, sizes, [s])
+            a, b = _operands(m, s, env)
+            fn(), torch.mm(a, b)  # warm: module load, cuBLAS heuristics
+            torch.cuda.synchronize()
+            print(
+                f"{t} {s['name']}: coda kernel, then torch.mm {tuple(a.shape)} @ {tuple(b.shape)}",
+                flush=True,
+            )
+            torch.cuda.nvtx.range_push("coda")
+            fn()
+            torch.mm(a, b)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+
+
+def prof(targets):
+    from torch.profiler import ProfilerActivity, profile
+
+    for t in targets:
+        chain, sizes, inputs, grads, _ = prepared(t)
+        chain.run(dict(inputs), grads=dict(grads) if grads else None)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as p:
+            chain.run(dict(inputs), grads=dict(grads) if grads else None)
+            torch.cuda.synchronize()
+        events = [e for e in p.key_averages() if e.device_type.name == "CUDA"]
+        total = sum(e.device_time_total for e in events) / 1e3
+        n = sum(e.count for e in events)
+        print(
+            f"\n== {t}: one call ({'forward+backward' if grads else 'forward'}): {n} CUDA "
+            f"kernel launches, {total:.2f} ms of kernel time"
+        )
+        print(
+            p.key_averages().table(
+                sort_by="device_time_total", row_limit=25, max_name_column_width=70
+            )
+        )
+
+
+if __name__ == "__main__":
+    {"ncu": ncu, "prof": prof}[sys.argv[1]](sys.argv[2:])
