@@ -410,3 +410,10 @@ def test_bench_imports_no_compiler_and_no_optional_package():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     code = "import sys, coda_spec.runtime; assert 'coda_spec.bench' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_agreement_sees_add_to_inputs_before_coda_accumulates_into_them(tmp_path, cpu_chain):
+    """b1 writes dx into its dres input in place (add_to): the eager baseline must get the
+    input as it was, or a correct chain would read as a MISMATCH."""
+    (case,) = _bench(tmp_path, "b1_dgrad_rmsnorm_bwd")
+    assert case.notes and case.notes[0].startswith("coda = eager on"), case.notes

@@ -296,7 +296,11 @@ def bench_shape(
     if m.get("backward_steps") and m.get("grads_in"):
         g, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, device=opts.device)
         grads = g
-    env = chain.run(dict(inputs), grads=dict(grads) if grads else None)
+    # add_to outputs accumulate into an input (or gradient) in place: the run whose outputs the
+    # baselines are checked against gets its own copy of those, so the baselines see them fresh
+    into = {s["add_to"] for s in R.section_steps(m, "fwd+bwd") if s.get("add_to")}
+    fresh = lambda d: {k: (v.clone() if k in into else v) for k, v in d.items()}  # noqa: E731
+    env = chain.run(fresh(inputs), grads=fresh(grads) if grads else None)
     clock.resolve([])  # waits for the device
     directions = ["fwd"] + (["bwd", "fwd+bwd"] if grads else [])
     cands: dict[str, Callable] = {f"{CODA}:fwd": lambda: chain.run(dict(inputs))}

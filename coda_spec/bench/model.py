@@ -268,7 +268,9 @@ def loads(text: str) -> BenchRun:
 
 def merge(runs: list[BenchRun]) -> BenchRun:
     """Several runs of one device as one (e.g. one device call per width): the cases in order,
-    the first run's date and device, every command and note. Refuses runs of other devices."""
+    the first run's date and device, every command and note. Each run measured the peaks
+    again; the merged run keeps the highest (so its percent of peak is never flattering).
+    Refuses runs of other devices."""
     if not runs:
         raise ValueError("nothing to merge")
     first = runs[0]
@@ -280,7 +282,13 @@ def merge(runs: list[BenchRun]) -> BenchRun:
     return BenchRun(
         date=first.date,
         command=" ; ".join(r.command for r in runs),
-        device=first.device,
+        device=Device(
+            **{
+                **asdict(first.device),
+                "peak_tflops": max(r.device.peak_tflops for r in runs),
+                "copy_gbps": max(r.device.copy_gbps for r in runs),
+            }
+        ),
         rounds=min(r.rounds for r in runs),
         cases=tuple(c for r in runs for c in r.cases),
         flush=first.flush,

@@ -1,0 +1,66 @@
+"""``coda bench`` on real kernels (marker ``gpu``): a short run of a forward chain and of the
+chain with a backward section, through the CLI, its files read back.
+
+Speed is never asserted here (docs/benchmarks.md shows what a full run measured); these tests
+check that every candidate ran, that coda agreed with the eager baseline, and that the results
+file round-trips through ``--plot``-free results mode."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from coda_spec.bench.model import loads
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.gpu
+
+CHAINS = ["rmsnorm_chain", "b1_dgrad_rmsnorm_bwd", "llama_block"]
+
+
+@pytest.mark.parametrize("name", CHAINS)
+def test_short_bench_runs_every_candidate(name, tmp_path):
+    if not (ROOT / "build" / f"{name}-latest").exists():
+        pytest.skip(f"build specs/{name}.yaml first")
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coda_spec.cli",
+            "bench",
+            f"specs/{name}.yaml",
+            "--m",
+            "4096",
+            "--width",
+            "2048",
+            "--rounds",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = loads((out / "bench.json").read_text())
+    dirs = [c.direction for c in run.cases]
+    assert dirs == (["fwd", "bwd", "fwd+bwd"] if name == "llama_block" else ["fwd"])
+    for case in run.cases:
+        assert case.dims["D"] == 2048 and case.dims["M"] == 4096
+        for c in case.candidates:
+            assert c.stats is not None and c.stats.n == 3, (c.name, c.note)
+        assert case.sol_ms > 0
+        assert all(k.coda is not None and k.sol is not None for k in case.kernels)
+    notes = run.cases[0].notes
+    assert notes and notes[0].startswith("coda = eager on"), notes
+    again = subprocess.run(
+        [sys.executable, "-m", "coda_spec.cli", "bench", str(out / "bench.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0 and name in again.stdout, again.stderr
