@@ -3,7 +3,7 @@
 Layer map (dependencies point down only):
 
     cli
-    build (lower -> compile -> link -> manifest)    verify        (no bench yet: an open issue)
+    build (lower -> compile -> link -> manifest)    verify    bench (timing, baselines, report)
     lower/ (text)  lower/quack_adapter.py (the ONLY quack/cutlass import, in worker processes)
     frontend (load -> validate -> normalize -> analyze)   reference, equivalence, inputs   runtime
     source, validate, normalize, analyze, expr, schema, artifact (manifest format), config

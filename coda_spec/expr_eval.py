@@ -123,6 +123,12 @@ def _ev(node, env):
     raise ValueError(f"cannot evaluate {type(node).__name__}")
 
 
+def eval_node(node: ast.expr, env: dict):
+    """One statement's value over ``env``, graph kept (``coda bench``'s ``equivalent_to``
+    baseline differentiates it; :func:`evaluate` detaches)."""
+    return _ev(node, env)
+
+
 def evaluate(prog: Program, env: dict) -> dict:
     """Run ``prog`` over ``env`` (name -> tensor or int); returns every assigned name."""
     env = dict(env)

@@ -29,15 +29,9 @@ import pytest
 import torch
 
 from coda_spec.bench import baselines
-from coda_spec.bench.baselines import (
-    EAGER,
-    FALLBACK,
-    LIGER,
-    eager,
-    halves_index,
-    liger,
-    rotate_half_index,
-)
+from coda_spec.bench import liger as liger_mod
+from coda_spec.bench.baselines import EAGER, FALLBACK, eager
+from coda_spec.bench.liger import LIGER, halves_index, liger, rotate_half_index
 from coda_spec.frontend import check_file
 from coda_spec.inputs import make_grads, make_inputs
 from coda_spec.mathcheck import sizes_of, small
@@ -279,7 +273,7 @@ def _llama_structured(checked, sizes, exact: dict, hd: int) -> dict:
 def _liger_case(stem: str) -> dict:
     """rel err of each Liger output (mapped back to the spec's layout) vs the fp64 reference."""
     checked, sizes = _case(stem, M_LIGER)
-    hd = sizes.get("head_dim", baselines.ROPE_HEAD_DIM)
+    hd = sizes.get("head_dim", liger_mod.ROPE_HEAD_DIM)
     _, exact = make_inputs(checked.spec, sizes, SEED)
     exact = _llama_structured(checked, sizes, exact, hd)
     want = run(checked.analysis, exact, "fp64", sizes)
@@ -306,8 +300,8 @@ def _liger_case(stem: str) -> dict:
         ref = want[name][:, index[name]] if name in index else want[name]
         errs[name] = _rel(got[name], ref)
     if stem in ("f5_norm_lmhead_lse", "f6_lse"):  # fn returns nothing; check the loss it makes
-        x = baselines._liger_rms(t32["h"]) if "h" in t32 else t32["x"]
-        loss = baselines._liger_lm_loss(x, t32["w_lm"], t32["target"])
+        x = liger_mod._liger_rms(t32["h"]) if "h" in t32 else t32["x"]
+        loss = liger_mod._liger_lm_loss(x, t32["w_lm"], t32["target"])
         valid = exact["target"] != baselines.IGNORE
         errs["loss"] = _rel(loss, torch.where(valid, want["lse"] - want["target_logit"], 0.0))
     if stem == "llama_block":

@@ -135,6 +135,6 @@ def time_interleaved(
             who.append(name)
         for name, ms in zip(who, clock.resolve(marks), strict=True):
             samples[name].append(ms)
-        if progress is not None:
+        if progress is not None and ((r + 1) % max(rounds // 3, 1) == 0 or r + 1 == rounds):
             progress(f"round {r + 1}/{rounds}")
     return {n: summarize(s) for n, s in samples.items()}, failed, first
