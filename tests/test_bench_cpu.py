@@ -417,3 +417,10 @@ def test_agreement_sees_add_to_inputs_before_coda_accumulates_into_them(tmp_path
     input as it was, or a correct chain would read as a MISMATCH."""
     (case,) = _bench(tmp_path, "b1_dgrad_rmsnorm_bwd")
     assert case.notes and case.notes[0].startswith("coda = eager on"), case.notes
+
+
+def test_backward_rows_are_checked_against_autograd(tmp_path, cpu_chain):
+    """llama_block: the eager baseline's autograd agrees with coda's 8 backward outputs."""
+    _, bwd, both = _bench(tmp_path, "llama_block")
+    assert bwd.notes and bwd.notes[0].startswith("coda = eager autograd on 8 output(s)"), bwd.notes
+    assert both.notes == ()

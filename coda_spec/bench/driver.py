@@ -214,7 +214,7 @@ def baseline_fns(base, checked, inputs: dict, grads: dict | None, compiled=None)
         return out
     incoming, made = _grad_map(checked)
     wrt_names = [t for t in made.values() if t in args]
-    outs_for = {g: t for g, t in incoming.items()}
+    outs_for = dict(incoming)
 
     def forward_graph():
         leaves = {
@@ -242,15 +242,12 @@ def baseline_fns(base, checked, inputs: dict, grads: dict | None, compiled=None)
     return out
 
 
-def _agreement(checked, coda_env: dict, base, inputs: dict) -> list[str]:
-    """One note: the eager baseline's outputs against coda's (relative error, worst output), or
-    every output that disagrees (``MISMATCH``: a shape, a non-finite value, rel err > 2e-2)."""
+def _compare(pairs: dict, what: str) -> list[str]:
+    """One note from {name: (baseline tensor, coda tensor)}: the worst relative error, or every
+    output that disagrees (``MISMATCH``: a shape, a non-finite value, rel err > 2e-2)."""
     errs, bad = {}, []
-    res = base.fn(base.prepare(dict(inputs)) if base.prepare else dict(inputs))
-    for name in base.produces:
-        if name not in coda_env or name not in res:
-            continue
-        got, want = res[name].double(), coda_env[name].double()
+    for name, (got, want) in pairs.items():
+        got, want = got.double(), want.double()
         if got.shape != want.shape:
             bad.append(f"'{name}' shape {tuple(got.shape)} != coda {tuple(want.shape)}")
             continue
@@ -261,11 +258,29 @@ def _agreement(checked, coda_env: dict, base, inputs: dict) -> list[str]:
         if rel > COMPARE_RTOL or lost:
             bad.append(f"'{name}' rel err {rel:.2e}" + (f", {lost} non-finite" if lost else ""))
     if bad:
-        return ["MISMATCH coda vs eager: " + "; ".join(bad)]
+        return [f"MISMATCH coda vs {what}: " + "; ".join(bad)]
     if not errs:
         return []
     worst = max(errs, key=errs.get)
-    return [f"coda = eager on {len(errs)} output(s), worst rel err {errs[worst]:.1e} ({worst})"]
+    return [f"coda = {what} on {len(errs)} output(s), worst rel err {errs[worst]:.1e} ({worst})"]
+
+
+def _agreement(checked, coda_env: dict, base, inputs: dict) -> list[str]:
+    """The eager baseline's forward outputs against coda's."""
+    res = base.fn(base.prepare(dict(inputs)) if base.prepare else dict(inputs))
+    names = [n for n in base.produces if n in coda_env and n in res]
+    return _compare({n: (res[n], coda_env[n]) for n in names}, "eager")
+
+
+def _agreement_bwd(checked, coda_env: dict, base, inputs: dict, grads: dict) -> list[str]:
+    """Autograd of the eager forward against coda's backward outputs."""
+    fns = baseline_fns(base, checked, inputs, grads)
+    _, made = _grad_map(checked)
+    args = base.prepare(dict(inputs)) if base.prepare else dict(inputs)
+    wrt = [g for g, t in made.items() if t in args]
+    got = fns["fwd+bwd"]()
+    pairs = {g: (x, coda_env[g]) for g, x in zip(wrt, got, strict=True) if x is not None}
+    return _compare(pairs, "eager autograd")
 
 
 def _stats_or_none(stats: dict, failed: dict, key: str) -> tuple[Stats | None, str]:
@@ -275,49 +290,33 @@ def _stats_or_none(stats: dict, failed: dict, key: str) -> tuple[Stats | None, s
 
 
 # -- one chain at one shape ----------------------------------------------------------------------
-def bench_shape(
-    chain,
-    checked,
-    sizes: dict,
-    opts: Options,
-    clock: Clock,
-    copy_gbps: float,
-    compiled: dict,
-    progress: Callable[[str], None],
-) -> list[Case]:
-    from coda_spec.bench import baselines as B
-    from coda_spec.inputs import make_grads, make_inputs
-
-    chain, checked = at_dims(chain, checked, sizes)
+def _coda_candidates(chain, env, inputs, grads, sizes, kernels: bool) -> dict:
+    """coda's whole chain per direction, the section's cuBLAS GEMMs, each kernel and its GEMM."""
     m = chain.manifest
-    low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
-    inputs = {k: low[k] for k in chain.required_inputs}
-    grads = None
-    if m.get("backward_steps") and m.get("grads_in"):
-        g, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, device=opts.device)
-        grads = g
-    # add_to outputs accumulate into an input (or gradient) in place: the run whose outputs the
-    # baselines are checked against gets its own copy of those, so the baselines see them fresh
-    into = {s["add_to"] for s in R.section_steps(m, "fwd+bwd") if s.get("add_to")}
-    fresh = lambda d: {k: (v.clone() if k in into else v) for k, v in d.items()}  # noqa: E731
-    env = chain.run(fresh(inputs), grads=fresh(grads) if grads else None)
-    clock.resolve([])  # waits for the device
-    directions = ["fwd"] + (["bwd", "fwd+bwd"] if grads else [])
     cands: dict[str, Callable] = {f"{CODA}:fwd": lambda: chain.run(dict(inputs))}
     if grads:
         cands[f"{CODA}:bwd"] = chain.steps_fn(env, sizes, m["backward_steps"])
         cands[f"{CODA}:fwd+bwd"] = lambda: chain.run(dict(inputs), grads=dict(grads))
-    for d in directions:
+    for d in ("fwd", "bwd", "fwd+bwd") if grads else ("fwd",):
         fn = gemms_fn(m, R.section_steps(m, d), env)
         if fn is not None:
             cands[f"sol:{d}"] = fn
-    notes: list[str] = []
-    base_notes: dict[str, str] = {}
-    complete: dict[str, bool] = {}
-    bases = {}
+    for s in R.section_steps(m, "fwd+bwd" if grads else "fwd") if kernels else ():
+        if s["kind"] == "kernel":
+            cands[f"kernel:{s['name']}"] = chain.steps_fn(env, sizes, [s])
+            a, b = _operands(m, s, env)
+            cands[f"kernel-sol:{s['name']}"] = lambda a=a, b=b: torch.mm(a, b)
+    return cands
+
+
+def _baseline_candidates(checked, manifest, sizes, opts, low, grads, compiled) -> tuple:
+    """({"<baseline>:<direction>": callable}, {baseline: note}, {baseline: produces every
+    output}, {baseline name: Baseline})."""
+    from coda_spec.bench import baselines as B
+
+    bases, cands, why, complete = {}, {}, {}, {}
     if "eager" in opts.baselines or "compile" in opts.baselines:
         bases["eager"] = B.eager(checked, sizes)
-        notes += _agreement(checked, env, bases["eager"], low)
     if "liger" in opts.baselines:
         from coda_spec.bench.liger import liger
 
@@ -334,19 +333,85 @@ def bench_shape(
             if key not in compiled:
                 compiled[key] = torch.compile(base.fn)
             comp = compiled[key]
-        base_notes[name] = base.note
-        complete[name] = {o["name"] for o in m["outputs"]} <= set(base.produces)
+        why[name] = base.note
+        complete[name] = {o["name"] for o in manifest["outputs"]} <= set(base.produces)
         for d, fn in baseline_fns(base, checked, low, grads, comp).items():
             cands[f"{name}:{d}"] = fn
-    kernel_steps = {
-        d: [s for s in R.section_steps(m, d) if s["kind"] == "kernel"] for d in ("fwd", "bwd")
-    }
-    if opts.kernels:
-        for d in ("fwd", "bwd"):
-            for s in kernel_steps[d] if d in directions else []:
-                cands[f"kernel:{s['name']}"] = chain.steps_fn(env, sizes, [s])
-                a, b = _operands(m, s, env)
-                cands[f"kernel-sol:{s['name']}"] = lambda a=a, b=b: torch.mm(a, b)
+    return cands, why, complete, bases
+
+
+def _case(checked, m, sizes, d, opts, timing, notes, copy_gbps) -> Case:
+    stats, failed, first, cands, why, complete = timing
+    steps = R.section_steps(m, d)
+    outs = R.section_outputs(m, d)
+    gemm = stats.get(f"sol:{d}")
+    timed = []
+    for name in (CODA, *opts.baselines):
+        key = f"{name}:{d}"
+        if name != CODA and key not in cands:
+            continue
+        st, failure = _stats_or_none(stats, failed, key)
+        extra = f"first call {first[key]:.1f} s" if name == "compile" and key in first else ""
+        note = "; ".join(x for x in (why.get(name, ""), failure, extra) if x)
+        timed.append(Timed(name, st, note, complete.get(name, True)))
+    kernels = []
+    for s in steps if opts.kernels and d != "fwd+bwd" else ():
+        if s["kind"] != "kernel":
+            continue
+        kc, failure = _stats_or_none(stats, failed, f"kernel:{s['name']}")
+        ks, _ = _stats_or_none(stats, failed, f"kernel-sol:{s['name']}")
+        flops, nbytes = R.gemm_flops(m, s, sizes), R.step_bytes(m, s, sizes)
+        kernels.append(KernelTimed(s["name"], kc, ks, flops, nbytes, failure))
+    return Case(
+        chain=checked.spec.name,
+        dims=dict(sizes),
+        direction=d,
+        sol_kind=R.sol_kind(steps),
+        flops=float(sum(R.gemm_flops(m, s, sizes) for s in steps if s["kind"] == "kernel")),
+        bytes=float(R.min_bytes(m, steps, outs, sizes)),
+        sol_ms=R.sol_ms(m, steps, outs, sizes, gemm.median_ms if gemm else None, copy_gbps),
+        candidates=tuple(timed),
+        kernels=tuple(kernels),
+        sol=gemm,
+        notes=tuple(notes),
+    )
+
+
+def bench_shape(
+    chain,
+    checked,
+    sizes: dict,
+    opts: Options,
+    clock: Clock,
+    copy_gbps: float,
+    compiled: dict,
+    progress: Callable[[str], None],
+) -> list[Case]:
+    """Every candidate of one chain at one shape, timed in the same rounds; one Case per
+    direction."""
+    from coda_spec.inputs import make_grads, make_inputs
+
+    chain, checked = at_dims(chain, checked, sizes)
+    m = chain.manifest
+    low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
+    inputs = {k: low[k] for k in chain.required_inputs}
+    grads = None
+    if m.get("backward_steps") and m.get("grads_in"):
+        grads, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, opts.device)
+    # add_to outputs accumulate into an input (or gradient) in place: the run whose outputs the
+    # baselines are checked against gets its own copy of those, so the baselines see them fresh
+    into = {s["add_to"] for s in R.section_steps(m, "fwd+bwd") if s.get("add_to")}
+    fresh = lambda d: {k: (v.clone() if k in into else v) for k, v in d.items()}  # noqa: E731
+    env = chain.run(fresh(inputs), grads=fresh(grads) if grads else None)
+    clock.resolve([])  # waits for the device
+    cands = _coda_candidates(chain, env, inputs, grads, sizes, opts.kernels)
+    more, why, complete, bases = _baseline_candidates(checked, m, sizes, opts, low, grads, compiled)
+    cands.update(more)
+    notes = {"fwd": [], "bwd": []}
+    if "eager" in bases:
+        notes["fwd"] = _agreement(checked, env, bases["eager"], low)
+        if grads:
+            notes["bwd"] = _agreement_bwd(checked, env, bases["eager"], low, fresh(grads))
     t0 = time.perf_counter()
     stats, failed, first = time_interleaved(
         cands,
@@ -355,51 +420,11 @@ def bench_shape(
         opts.warmup,
         progress=lambda msg: progress(f"{msg} ({time.perf_counter() - t0:.1f} s)"),
     )
-    cases = []
-    for d in directions:
-        steps = R.section_steps(m, d)
-        outs = R.section_outputs(m, d)
-        gemm = stats.get(f"sol:{d}")
-        timed = []
-        for name in (CODA, *opts.baselines):
-            key = f"{name}:{d}"
-            if name != CODA and key not in cands:
-                continue
-            st, why = _stats_or_none(stats, failed, key)
-            note = "; ".join(x for x in (base_notes.get(name, ""), why) if x)
-            if name == "compile" and key in first:
-                note = "; ".join(x for x in (note, f"first call {first[key]:.1f} s") if x)
-            timed.append(Timed(name, st, note, complete.get(name, True)))
-        kernels = []
-        for s in kernel_steps.get(d, []) if opts.kernels and d != "fwd+bwd" else []:
-            kc, kwhy = _stats_or_none(stats, failed, f"kernel:{s['name']}")
-            ks, _ = _stats_or_none(stats, failed, f"kernel-sol:{s['name']}")
-            kernels.append(
-                KernelTimed(
-                    s["name"],
-                    kc,
-                    ks,
-                    R.gemm_flops(m, s, sizes),
-                    R.step_bytes(m, s, sizes),
-                    kwhy,
-                )
-            )
-        cases.append(
-            Case(
-                chain=checked.spec.name,
-                dims=dict(sizes),
-                direction=d,
-                sol_kind=R.sol_kind(steps),
-                flops=float(sum(R.gemm_flops(m, s, sizes) for s in steps if s["kind"] == "kernel")),
-                bytes=float(R.min_bytes(m, steps, outs, sizes)),
-                sol_ms=R.sol_ms(m, steps, outs, sizes, gemm.median_ms if gemm else None, copy_gbps),
-                candidates=tuple(timed),
-                kernels=tuple(kernels),
-                sol=gemm,
-                notes=tuple(notes) if d == "fwd" else (),
-            )
-        )
-    return cases
+    timing = (stats, failed, first, cands, why, complete)
+    return [
+        _case(checked, m, sizes, d, opts, timing, notes.get(d, []), copy_gbps)
+        for d in (("fwd", "bwd", "fwd+bwd") if grads else ("fwd",))
+    ]
 
 
 def run_bench(

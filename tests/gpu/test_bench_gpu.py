@@ -57,6 +57,9 @@ def test_short_bench_runs_every_candidate(name, tmp_path):
         assert all(k.coda is not None and k.sol is not None for k in case.kernels)
     notes = run.cases[0].notes
     assert notes and notes[0].startswith("coda = eager on"), notes
+    if name == "llama_block":  # the backward rows: eager autograd vs coda's 8 gradients
+        notes = run.cases[1].notes
+        assert notes and notes[0].startswith("coda = eager autograd on 8 output(s)"), notes
     again = subprocess.run(
         [sys.executable, "-m", "coda_spec.cli", "bench", str(out / "bench.json")],
         cwd=ROOT,
