@@ -404,8 +404,20 @@ def _has_gpu() -> bool:
     show_default=True,
     help="Baselines to time (any of eager, compile, liger; 'none' for SoL only).",
 )
-@click.option("--rounds", type=click.IntRange(1), default=20, show_default=True)
-@click.option("--warmup", type=click.IntRange(1), default=2, show_default=True)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="Interleaved timing rounds (samples per candidate).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="Untimed calls of each candidate first (compile, module load).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Input seed.")
 @click.option("--no-kernels", is_flag=True, help="Do not time each coda kernel alone.")
 @click.option("--out", default=None, help="Results directory [default: build/bench].")

@@ -424,3 +424,14 @@ def test_backward_rows_are_checked_against_autograd(tmp_path, cpu_chain):
     _, bwd, both = _bench(tmp_path, "llama_block")
     assert bwd.notes and bwd.notes[0].startswith("coda = eager autograd on 8 output(s)"), bwd.notes
     assert both.notes == ()
+
+
+def test_dims_no_target_has_are_refused():
+    class Loaded:
+        def checked(self):
+            return check_file(ROOT / "specs" / "rmsnorm_chain.yaml")
+
+    with pytest.raises(ValueError, match=r"--dims V: no target has such a static dim"):
+        D.plan([(None, Loaded())], D.Options(dims={"V": 1024}))
+    jobs = D.plan([(None, Loaded())], D.Options(dims={"F": 5632}, ms=(4096,)))
+    assert [sizes for _, _, sizes in jobs] == [{"M": 4096, "D": 4096, "F": 5632}]

@@ -427,6 +427,22 @@ def bench_shape(
     ]
 
 
+def plan(targets: list, opts: Options) -> list[tuple]:
+    """Every (chain, checked spec, sizes) to time, in order; refuses ``--dims`` no target has."""
+    jobs = []
+    for _, chain in targets:
+        checked = chain.checked()
+        jobs += [(chain, checked, s) for s in shapes(checked.spec, opts)]
+    static = {d.name for _, c, _ in jobs for d in c.spec.dims if d.size is not None}
+    unknown = sorted(set(opts.dims) - static)
+    if unknown:
+        raise ValueError(
+            f"--dims {', '.join(unknown)}: no target has such a static dim (they have "
+            f"{', '.join(sorted(static))}; the dynamic dim is set with --m)"
+        )
+    return jobs
+
+
 def run_bench(
     targets: list, opts: Options, command: str, progress: Callable[[str], None] | None = None
 ) -> BenchRun:
@@ -434,6 +450,7 @@ def run_bench(
     from coda_spec.bench.timing import CudaClock
 
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    jobs = plan(targets, opts)
     if not torch.cuda.is_available():
         raise ToolError("coda bench needs a CUDA GPU (torch.cuda.is_available() is False)")
     clock = CudaClock()
@@ -448,12 +465,8 @@ def run_bench(
         f"{device.name} ({device.capability}, driver {device.driver}): "
         f"mm {tflops:.0f} TFLOP/s, copy {gbps:.0f} GB/s"
     )
-    jobs = []
-    for directory, chain in targets:
-        checked = chain.checked()
-        jobs += [(directory, chain, checked, s) for s in shapes(checked.spec, opts)]
     cases, notes, compiled = [], [], {}
-    for i, (_, chain, checked, sizes) in enumerate(jobs, 1):
+    for i, (chain, checked, sizes) in enumerate(jobs, 1):
         label = f"[{i}/{len(jobs)}] {checked.spec.name} " + " ".join(
             f"{k}={v}" for k, v in sizes.items()
         )
@@ -469,12 +482,11 @@ def run_bench(
                 compiled,
                 lambda msg, label=label: say(f"  {label}: {msg}"),
             )
-            torch.cuda.empty_cache()  # this shape's tensors are gone; give the next one room
         except (ToolError, RuntimeError, ValueError) as e:
             msg = f"{label}: skipped: {type(e).__name__}: {str(e).splitlines()[0]}"
             say(msg)
             notes.append(msg)
-            torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # this shape's tensors are gone; give the next one room
     return BenchRun(
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         command=command,
