@@ -505,7 +505,7 @@ def junit(reports: list[Report]) -> str:
     )
 
 
-def resolve(target: str, out: Path = Path("build")) -> Path:
+def resolve(target: str, out: Path = Path("build"), command: str = "verify") -> Path:
     """A build directory, or a spec file -> its latest existing build (never compiles)."""
     p = Path(target)
     if p.is_dir() and (p / "manifest.json").is_file():
@@ -521,7 +521,7 @@ def resolve(target: str, out: Path = Path("build")) -> Path:
 
         raise ToolError(
             f"{target}: no build of '{name}' under {out}/; run coda build first "
-            "(verify never compiles)"
+            f"({command} never compiles)"
         )
     from coda_spec.errors import ToolError
 

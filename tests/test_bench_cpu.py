@@ -435,3 +435,12 @@ def test_dims_no_target_has_are_refused():
         D.plan([(None, Loaded())], D.Options(dims={"V": 1024}))
     jobs = D.plan([(None, Loaded())], D.Options(dims={"F": 5632}, ms=(4096,)))
     assert [sizes for _, _, sizes in jobs] == [{"M": 4096, "D": 4096, "F": 5632}]
+
+
+def test_a_spec_without_a_build_says_run_coda_build(monkeypatch, tmp_path):
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    res = CliRunner().invoke(
+        cli.main, ["bench", str(ROOT / "specs" / "f8_scale.yaml"), "--builds", str(tmp_path)]
+    )
+    assert res.exit_code == 1, res.output
+    assert "no build of 'f8_scale'" in res.output and "(bench never compiles)" in res.output

@@ -81,7 +81,7 @@ def _timing_targets(args: Args, load_chain) -> list:
 
     out = []
     for t in args.targets:
-        directory = resolve(t, args.builds)
+        directory = resolve(t, args.builds, command="bench")
         out.append((directory, load_chain(directory)))
     return out
 
