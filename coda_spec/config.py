@@ -56,6 +56,14 @@ class BuildConfig:
         return out
 
 
+def config_text(key: dict) -> str:
+    """A config (``BuildConfig.key()``, a manifest's ``config``) in ``--config`` syntax."""
+    schedule = "pingpong" if key["pingpong"] else "cooperative"
+    return (
+        f"{key['tile_m']}x{key['tile_n']},cluster={key['cluster_m']}x{key['cluster_n']},{schedule}"
+    )
+
+
 def parse_config(text: str | None) -> BuildConfig:
     """``--config 128x192,cluster=1x1,pingpong`` (any subset, comma separated)."""
     cfg = {}

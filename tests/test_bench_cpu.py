@@ -444,3 +444,20 @@ def test_a_spec_without_a_build_says_run_coda_build(monkeypatch, tmp_path):
     )
     assert res.exit_code == 1, res.output
     assert "no build of 'f8_scale'" in res.output and "(bench never compiles)" in res.output
+
+
+def test_cases_record_the_build_config(tmp_path, cpu_chain):
+    (case,) = _bench(tmp_path, "rmsnorm_chain")
+    assert case.config == "128x256,cluster=2x1,cooperative"
+    (host,) = _bench(tmp_path, "b3_rope_bwd", kernels=False)
+    assert host.config == ""  # no kernel, no tile config
+
+
+def test_compare_across_configs_names_the_change(tmp_path):
+    """Tuned vs untuned: the same chain, dims and direction match whatever the config."""
+    from coda_spec.bench.report import render_compare
+
+    run, _ = _results(tmp_path)
+    tuned = replace(run, cases=(replace(run.cases[0], config="128x128,cluster=1x1,pingpong"),))
+    text = render_compare(run, tuned)
+    assert "config - -> 128x128,cluster=1x1,pingpong" in text

@@ -46,6 +46,7 @@ import torch
 from coda_spec.bench import roofline as R
 from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
 from coda_spec.bench.timing import Clock, time_interleaved
+from coda_spec.config import config_text
 from coda_spec.errors import ToolError
 
 DEFAULT_M = (16384,)
@@ -374,6 +375,7 @@ def _case(checked, m, sizes, d, opts, timing, notes, copy_gbps) -> Case:
         kernels=tuple(kernels),
         sol=gemm,
         notes=tuple(notes),
+        config=config_text(m["config"]) if any(x["kind"] == "kernel" for x in steps) else "",
     )
 
 

@@ -80,12 +80,15 @@ class Case:
     kernels: tuple = ()  # KernelTimed
     sol: Stats | None = None
     notes: tuple = ()
+    config: str = ""  # the build's tile config, in --config syntax ("" for host-only chains)
 
     def candidate(self, name: str) -> Timed | None:
         return next((c for c in self.candidates if c.name == name), None)
 
     @property
     def key(self) -> tuple:
+        """What a comparison matches on: the same chain, dims and direction, whatever the
+        config (comparing configs is what a tuned-vs-untuned comparison is for)."""
         return (self.chain, dims_text(self.dims), self.direction)
 
 
@@ -249,6 +252,7 @@ def from_json(data: dict) -> BenchRun:
                 ),
                 sol=_stats(c.get("sol")),
                 notes=tuple(c.get("notes", ())),
+                config=c.get("config", ""),
             )
         )
     return BenchRun(

@@ -98,10 +98,10 @@ def _baseline_names(run: BenchRun) -> list[str]:
 
 
 def _groups(cases) -> dict:
-    """Cases grouped by (chain, dims) in first-seen order."""
+    """Cases grouped by (chain, dims, config) in first-seen order."""
     out: dict = {}
     for case in cases:
-        out.setdefault((case.chain, dims_text(case.dims)), []).append(case)
+        out.setdefault((case.chain, dims_text(case.dims), case.config), []).append(case)
     return out
 
 
@@ -220,8 +220,9 @@ def render_table(run: BenchRun, color: bool = False) -> str:
     notes = _Footnotes()
     head = ["  dir", "coda ms", "p20-p80", "SoL ms", "SoL kind", "x_sol", "TFLOP/s", "GB/s"]
     rows: list = [[(h, "bold") for h in [*head, "%peak", *names]]]
-    for (chain, _), cases in _groups(run.cases).items():
-        rows.append(_paint(f"{chain}  {_dims(cases[0].dims)}", "bold", color))
+    for (chain, _, config), cases in _groups(run.cases).items():
+        head = f"{chain}  {_dims(cases[0].dims)}" + (f"  [{config}]" if config else "")
+        rows.append(_paint(head, "bold", color))
         for case in cases:
             rows.append(_case_row(case, run, names, notes))
             rows += [_kernel_row(case, k, run, notes) for k in case.kernels]
@@ -329,9 +330,12 @@ def render_compare(old: BenchRun, new: BenchRun) -> str:
     before = {c.key: c for c in old.cases}
     matched = [c for c in new.cases if c.key in before]
     rows: list = [["", "", "old ms", "new ms", "change"]]
-    for (chain, _), cases in _groups(matched).items():
+    for (chain, _, config), cases in _groups(matched).items():
         rows.append(f"{chain}  {_dims(cases[0].dims)}")
         for case in cases:
+            old_config = before[case.key].config
+            if old_config != config:
+                rows.append(f"  config {old_config or '-'} -> {config or '-'}")
             a, b = _times(before[case.key]), _times(case)
             for i, name in enumerate([*b, *(n for n in a if n not in b)]):
                 t0, t1 = a.get(name), b.get(name)
@@ -367,9 +371,13 @@ def render_markdown(run: BenchRun) -> str:
     )
     col = lambda c: " ".join(f"{k}={c.dims[k]}" for k in common)  # noqa: E731
     cols = list(dict.fromkeys(col(c) for c in run.cases))
+    configs: dict = {}
+    for c in run.cases:
+        configs.setdefault(c.chain, set()).add(c.config)
+    label = lambda c: c.chain + (f" [{c.config}]" if len(configs[c.chain]) > 1 else "")  # noqa: E731
     rows: dict = {}
     for c in run.cases:
-        rows.setdefault((c.chain, c.direction), {})[col(c)] = c
+        rows.setdefault((label(c), c.direction), {})[col(c)] = c
     out = ["| chain | dir | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for (chain, direction), by_col in rows.items():
         cells = []
@@ -406,7 +414,7 @@ def plot(run: BenchRun, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     by_chain: dict = {}
-    for (chain, _), cases in _groups(run.cases).items():
+    for (chain, _, _), cases in _groups(run.cases).items():
         by_chain.setdefault(chain, []).append(cases)
     paths = []
     for chain, panels in by_chain.items():
@@ -442,7 +450,8 @@ def _draw_chain(fig, run: BenchRun, chain: str, panels: list) -> None:
                 line = ax.hlines(case.sol_ms, i - 0.45, i + 0.45, colors="black", linestyles="--")
                 handles[f"SoL ({case.sol_kind})"] = line
         ax.set_xticks(range(len(cases)), [c.direction for c in cases])
-        ax.set_title(_dims(cases[0].dims), fontsize=9)
+        config = f"  [{cases[0].config}]" if cases[0].config else ""
+        ax.set_title(_dims(cases[0].dims) + config, fontsize=9)
         ax.set_ylabel("median ms (p20-p80)")
         ax.set_ylim(bottom=0)
     axes[0].legend(list(handles.values()), list(handles), fontsize=8, loc="upper left")
