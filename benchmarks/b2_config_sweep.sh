@@ -9,7 +9,7 @@
 # then on the device, with carry [".device", "build"]:  bash benchmarks/b2_config_sweep.sh
 # Writes $OUT/sweep/bench.{json,csv,log} (every config x D = 2048/4096/8192 against
 # torch.compile and Liger) and an Nsight Compute source-level profile of the default-config
-# kernel at D = 4096 (per-SASS-instruction stall samples: b2_sass.csv), packed into
+# kernel at D = 4096 (per-SASS-instruction stall samples: b2_sass.csv, gzipped here), packed into
 # $OUT/b2-sweep.tar.gz.
 set -o pipefail
 source .device/setup.sh
