@@ -203,7 +203,9 @@ def _raw_lines(path) -> list[str] | None:
     "--config",
     "config_text",
     default=None,
-    help="Tile/cluster/schedule, e.g. 128x256,cluster=2x1,cooperative (the default).",
+    help="Tile/cluster/schedule, e.g. 128x256,cluster=2x1,cooperative (the default); several "
+    "candidates separated by ';' (the first is the fallback), or 'auto'; coda tune picks among "
+    "them per kernel and shape.",
 )
 @click.option(
     "--stop-after",
@@ -228,14 +230,21 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
     """
     from coda_spec.build import BuildOptions, build_spec
     from coda_spec.build import prune as prune_builds
-    from coda_spec.config import parse_config
+    from coda_spec.config import parse_configs
 
     try:
-        config = parse_config(config_text)
+        configs = parse_configs(config_text)
     except ValueError as e:
         click.echo(f"error: --config: {e}", err=True)
         sys.exit(EXIT_INVALID_SPEC)
-    opts = BuildOptions(out=Path(out), config=config, stop_after=stop_after, jobs=jobs, force=force)
+    opts = BuildOptions(
+        out=Path(out),
+        config=configs[0],
+        configs=configs if len(configs) > 1 else (),
+        stop_after=stop_after,
+        jobs=jobs,
+        force=force,
+    )
     status, keep = EXIT_OK, {}
     for f in expand_paths(paths):
         try:
