@@ -97,7 +97,7 @@ def _entry(path, where: str, row) -> dict:
     if not _int(row.get("m_max")) or row["m_max"] < 0:
         raise _bad(path, f"{where}.m_max must be a non-negative integer")
     if not isinstance(row.get("config"), str):
-        raise _bad(path, f"{where}.config must be a config text, e.g. 128x256,cluster=2x1,cooperative")
+        raise _bad(path, f"{where}.config must be a config text (128x256,cluster=2x1,...)")
     try:
         config = config_text(parse_config(row["config"]).key())
     except ValueError as e:
@@ -286,7 +286,7 @@ def tune_shape(chain, checked, sizes: dict, opts, clock, progress) -> list[Kerne
             clock,
             opts.rounds,
             opts.warmup,
-            progress=lambda msg, k=s["name"]: progress(
+            progress=lambda msg, k=s["name"], t0=t0: progress(
                 f"{k}: {msg} ({time.perf_counter() - t0:.1f} s)"
             ),
         )
