@@ -5,14 +5,16 @@
 #   bash benchmarks/stage_builds.sh build/tuned build/stage
 # then on the device, with carry [".device", "build/stage"]:
 #   bash benchmarks/tune_catalogue.sh
-# Writes $OUT/tuned/h200.json (coda tune, every kernel x variant at D = 2048/4096/8192,
-# M = 16384), $OUT/verify.log (every variant of the chains in VERIFY checked) and
+# Writes $OUT/tuned/h200.json (coda tune of the chains in TUNE, default all: every kernel x
+# variant at D = 2048/4096/8192, M = 16384), $OUT/verify.log (every variant of the chains in
+# VERIFY checked) and
 # $OUT/bench/bench.json (the chains in BENCH, tuned), packed into $OUT/tune.tar.gz.
 set -o pipefail
 source .device/setup.sh
 out=${OUT:-/tmp/coda-tune}
 mkdir -p "$out/tuned" "$out/bench"
 builds=(build/stage/*-[0-9a-f]*)
+if [ -n "${TUNE:-}" ]; then builds=(); for s in $TUNE; do builds+=(build/stage/$s-[0-9a-f]*); done; fi
 timeout ${TUNE_S:-200} python3 -m coda_spec.cli tune "${builds[@]}" --width 2048,4096,8192 \
   --m 16384 --rounds "${ROUNDS:-8}" --out "$out/tuned/h200.json" > "$out/tune.log" 2>&1
 echo "tune exit $?" >> "$out/tune.log"
