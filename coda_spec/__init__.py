@@ -16,8 +16,10 @@ Layer map (dependencies point down only):
 __version__ = "0.1.0"
 
 
-def load(directory):
-    """Load a build directory for calling (see ``coda_spec.runtime``; imports torch lazily)."""
+def load(directory, tuned=None):
+    """Load a build directory for calling (see ``coda_spec.runtime``; imports torch lazily).
+    ``tuned``: the tune table to pick kernel variants from (None: ``$CODA_TUNED``, else
+    ``./tuned/*.json``; see ``coda_spec.tune``)."""
     from coda_spec.runtime import load as _load
 
-    return _load(directory)
+    return _load(directory, tuned=tuned)

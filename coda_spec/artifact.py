@@ -9,7 +9,13 @@ sections). 3 adds ``required`` to every entry of ``inputs``: true when some forw
 step reads the input (a GEMM operand, a host step's ``over``, or an epilogue item's tensor),
 false for inputs only ``derive`` expressions or ``equivalent_to`` read. The runtime requires the
 former and accepts, but ignores and does not validate, the latter. A format-2 manifest has no
-``required``: every input is required.
+``required``: every input is required. 4 adds config variants: ``configs`` (every candidate
+config asked for, the first is the fallback) and, on each kernel step, ``variants``: the kernel
+compiled at each candidate its primitives support and whose SASS does not spill, each with its
+``config``, exported ``symbol``, ``fields`` (partial-buffer shapes follow the tile),
+``field_order``, ``majors``, ``max_swizzle_size``, ``compile_s``, ``object_bytes``, ``spills``.
+``variants[0]`` repeats the step's own values (the fallback). Format 2/3 steps have no
+``variants``: one variant, at ``config``.
 
 Top level: ``format``, ``name``, ``digest`` (spec content hash), ``versions`` (coda, quack,
 cutlass-dsl, tvm-ffi), ``config`` (tile/cluster/schedule), ``library`` (the .so), ``dims``,
@@ -37,8 +43,8 @@ import sys
 import time
 from pathlib import Path
 
-FORMAT_VERSION = 3  # 2: grads_in, backward_outputs; 3: inputs[].required
-READABLE_FORMATS = (2, 3)  # a format-2 manifest reads as "every input required"
+FORMAT_VERSION = 4  # 2: grads_in, backward_outputs; 3: inputs[].required; 4: variants
+READABLE_FORMATS = (2, 3, 4)  # a format-2 manifest reads as "every input required"
 MANIFEST = "manifest.json"
 
 
@@ -64,7 +70,21 @@ def compiler_lib_dirs() -> list[tuple[str, str]]:
     ]
 
 
-def _step_data(step, info, kernels_by_step, records_by_symbol, analysis) -> dict:
+def _variant(v: dict, rec: dict) -> dict:
+    return {
+        "config": v["config"],
+        "symbol": v["symbol"],
+        "fields": v["fields"],
+        "field_order": rec["fields"],
+        "majors": rec["majors"],
+        "max_swizzle_size": rec["max_swizzle_size"],
+        "compile_s": rec["compile_s"],
+        "object_bytes": rec["object_bytes"],
+        "spills": rec.get("spills"),
+    }
+
+
+def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered) -> dict:
     if step.kind == "kernel":
         k = dict(kernels_by_step[step.name])
         rec = records_by_symbol[k["symbol"]]
@@ -78,6 +98,14 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis) -> dict
             object_bytes=rec["object_bytes"],
             line=step.loc.line,
         )
+        listed = lowered.get("variants", {}).get(step.name) or [
+            {"config": lowered["config"], "symbol": k["symbol"], "fields": k["fields"]}
+        ]  # variants dropped after compile (spills) have no record
+        k["variants"] = [
+            _variant(v, records_by_symbol[v["symbol"]])
+            for v in listed
+            if v["symbol"] in records_by_symbol
+        ]
         return k
     if step.kind == "finalize":
         part = analysis.tensor(step.of).partial
@@ -131,11 +159,14 @@ def make_manifest(checked, lowered: dict, records: list[dict], library: str | No
     read = step_reads(checked)
     kernels = {k["step"]: k for k in lowered["kernels"]}
     recs = {r["symbol"]: r for r in records}
-    steps = [_step_data(s, i, kernels, recs, a) for s, i in zip(spec.steps, a.steps, strict=True)]
+    steps = [
+        _step_data(s, i, kernels, recs, a, lowered)
+        for s, i in zip(spec.steps, a.steps, strict=True)
+    ]
     bsteps = []
     if spec.backward is not None:
         bsteps = [
-            _step_data(s, i, kernels, recs, a)
+            _step_data(s, i, kernels, recs, a, lowered)
             for s, i in zip(spec.backward.steps, a.backward_steps, strict=True)
         ]
     producer = {t.name: t.producer for t in a.tensors}
@@ -152,6 +183,7 @@ def make_manifest(checked, lowered: dict, records: list[dict], library: str | No
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "versions": tool_versions(),
         "config": lowered["config"],
+        "configs": lowered.get("configs", [lowered["config"]]),
         "library": library,
         "dims": {d.name: d.size for d in spec.dims},
         "inputs": [

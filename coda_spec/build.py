@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coda_spec import artifact
-from coda_spec.config import BuildConfig
+from coda_spec.config import BuildConfig, config_text
 from coda_spec.errors import Diagnostic, SpecError, ToolError
 
 STAGES = ("load", "validate", "normalize", "analyze", "lower", "compile", "link", "manifest")
@@ -47,6 +47,11 @@ class BuildOptions:
     stop_after: str = "manifest"
     jobs: int = MAX_WORKERS
     force: bool = False
+    configs: tuple = ()  # candidate configs (first = fallback); () = just ``config``
+
+    @property
+    def candidates(self) -> tuple:
+        return self.configs or (self.config,)
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,17 @@ class BuildResult:
     seconds: float
 
 
-def build_hash(checked, config: BuildConfig, lowered) -> str:
+def build_hash(checked, config, lowered) -> str:
     """Content address: the spec, the generated source (a change in coda's lowering is a new
-    build), the config, the tool versions and the artifact format."""
+    build), the config (or the candidate list), the tool versions and the artifact format."""
     from coda_spec.lower.module import tool_versions
 
+    configs = config if isinstance(config, tuple) else (config,)
+    key = configs[0].key() if len(configs) == 1 else [c.key() for c in configs]
     blob = json.dumps(
         {
             "spec": checked.spec.digest,
-            "config": config.key(),
+            "config": key,
             "kernel.py": lowered.source,
             "tools": tool_versions(),
             "format": artifact.FORMAT_VERSION,
@@ -92,13 +99,14 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     if STAGES.index(opts.stop_after) <= STAGES.index("analyze"):
         print(f"{path}: stopped after {opts.stop_after} (nothing written)")
         return BuildResult(name, Path(), False, False, time.perf_counter() - start)
-    problems = opts.config.problems()
+    problems = [p for c in opts.candidates for p in c.problems()]
     if problems:
         raise SpecError([Diagnostic(str(path), 0, 0, "--config", p) for p in problems])
-    from coda_spec.lower.module import lower_spec
+    from coda_spec.lower.module import lower_variants
 
-    lowered = lower_spec(checked, opts.config)  # pure text, fast: part of the content address
-    final = opts.out / f"{name}-{build_hash(checked, opts.config, lowered)}"
+    # pure text, fast: part of the content address
+    lowered, variants, dropped = lower_variants(checked, opts.candidates)
+    final = opts.out / f"{name}-{build_hash(checked, opts.candidates, lowered)}"
     if not opts.force and (final / artifact.MANIFEST).is_file():
         _point_latest(opts.out, name, final)
         elapsed = time.perf_counter() - start
@@ -112,7 +120,10 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     tmp.mkdir()
     try:
         with open(tmp / "build.log", "w") as log:
-            complete = _run_stages(path, checked, lowered, tmp, opts, log)
+            for step, cfg, why in dropped:
+                what = f"kernel '{step}': candidate {config_text(cfg.key())}"
+                _say(f"{path}: {what} dropped: {why}", log)
+            complete = _run_stages(path, checked, lowered, variants, tmp, opts, log)
         _publish(tmp, final)
     except (SpecError, ToolError):
         failed = opts.out / f"{final.name}.failed"  # keep the full logs of a failed build
@@ -154,18 +165,21 @@ def require_build_extra() -> None:
         )
 
 
-def _run_stages(path, checked, lowered, tmp: Path, opts: BuildOptions, log) -> bool:
+def _run_stages(path, checked, lowered, variants, tmp: Path, opts, log) -> bool:
     from coda_spec.ir import to_data
 
     (tmp / "spec.yaml").write_text(checked.source.text)
     (tmp / "spec.normalized.json").write_text(json.dumps(to_data(checked.spec), indent=1) + "\n")
     (tmp / "kernel.py").write_text(lowered.source)
-    meta = lowered_json(checked, lowered, opts.config)
+    meta = lowered_json(checked, lowered, opts.candidates, variants)
     (tmp / "lowered.json").write_text(json.dumps(meta, indent=1) + "\n")
-    _say(f"{path}: lowered {len(lowered.kernels)} kernel(s) -> kernel.py", log)
+    n = sum(len(v) for v in variants.values())
+    _say(f"{path}: lowered {len(lowered.kernels)} kernel(s), {n} variant(s) -> kernel.py", log)
     if opts.stop_after == "lower":
         return False
-    records = compile_kernels(path, checked, tmp, [k.symbol for k in lowered.kernels], opts, log)
+    symbols = [v.symbol for vs in variants.values() for v in vs]
+    records = compile_kernels(path, checked, tmp, symbols, opts, log)
+    records = _drop_spilling(path, tmp, records, variants, log)
     if opts.stop_after == "compile":
         return False
     so = link(tmp, checked.spec.name, [r["symbol"] for r in records], log) if records else None
@@ -175,16 +189,55 @@ def _run_stages(path, checked, lowered, tmp: Path, opts: BuildOptions, log) -> b
     return True
 
 
-def lowered_json(checked, lowered, config: BuildConfig) -> dict:
+def _drop_spilling(path, tmp: Path, records: list, variants: dict, log) -> list:
+    """Drop the variants whose SASS spills (STL/LDL); a spilling fallback is kept, with a
+    warning (it is the only variant every call can use)."""
+    from coda_spec.lower.sass import spills
+
+    first = {vs[0].symbol for vs in variants.values()}
+    kept = []
+    for r in records:
+        n = spills(tmp / f"{r['symbol']}.o", tmp)
+        r["spills"] = n
+        if n is None and len(records) > len(first):
+            _say(f"{path}: spill check skipped for {r['symbol']}: no nvdisasm (triton)", log)
+        if n and r["symbol"] not in first:
+            _say(f"{path}: {r['symbol']} dropped: its SASS spills ({n} STL/LDL)", log)
+            continue
+        if n:
+            _say(f"{path}: warning: fallback {r['symbol']} spills ({n} STL/LDL)", log)
+        kept.append(r)
+    return kept
+
+
+def lowered_json(checked, lowered, configs, variants: dict | None = None) -> dict:
+    """lowered.json: the fallback config's kernels (``kernels``), and every variant: its
+    exported symbol, the function of kernel.py it compiles, its config and its fields."""
     a = checked.analysis
-    return {
+    configs = configs if isinstance(configs, tuple) else (configs,)
+    out = {
         "spec": checked.spec.name,
         "digest": checked.spec.digest,
-        "config": config.key(),
+        "config": configs[0].key(),
+        "configs": [c.key() for c in configs],
         "sizes": {d.name: d.size for d in checked.spec.dims if d.size is not None},
         "tensors": {t.name: {"shape": list(t.shape), "dtype": t.dtype} for t in a.tensors},
         "kernels": [_kernel_data(k) for k in lowered.kernels],
     }
+    if variants is not None:
+        out["variants"] = {
+            step: [
+                {
+                    "config": v.config.key(),
+                    "symbol": v.symbol,
+                    "function": v.function,
+                    "fields": _kernel_data(v.kernel)["fields"],
+                }
+                for v in vs
+            ]
+            for step, vs in variants.items()
+        }
+    return out
 
 
 def _kernel_data(k) -> dict:
@@ -209,11 +262,13 @@ def compile_kernels(path, checked, tmp: Path, symbols, opts: BuildOptions, log) 
     )
     procs = []
     for batch in batches:
-        _say(
-            f"{path}: compiling {', '.join(batch)} (sm_90a, {opts.config.tile_m}x"
-            f"{opts.config.tile_n}, cluster {opts.config.cluster_m}x{opts.config.cluster_n})",
-            log,
+        c = opts.candidates[0]
+        which = (
+            f"{c.tile_m}x{c.tile_n}, cluster {c.cluster_m}x{c.cluster_n}"
+            if len(opts.candidates) == 1
+            else "each variant at its config"
         )
+        _say(f"{path}: compiling {', '.join(batch)} (sm_90a, {which})", log)
         cmd = [sys.executable, "-m", "coda_spec.lower.quack_adapter", str(tmp), *batch]
         procs.append(
             subprocess.Popen(

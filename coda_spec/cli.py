@@ -2,12 +2,12 @@
 
 Commands: ``check`` (validate specs, located errors; ``--math`` adds the fp64 algebra proof of
 ``coda_spec.mathcheck``), ``build`` (``coda_spec.build``), ``verify`` (``coda_spec.verify``),
-``bench`` (``coda_spec.bench``), ``schema`` (print the JSON Schema), ``primitives`` (list the
-registry). Exit codes (stable, in ``coda_spec.errors``): 0 ok, 1 tool failure, 2 invalid spec, 3
-wrong math or numerics, 4 no GPU (verify, bench). No Python traceback reaches a user: unexpected
-failures print one line and exit 1 (set ``CODA_DEBUG=1`` to see the traceback). ``check``
-without ``--math`` imports neither torch nor quack; every command imports what it needs inside
-its own body.
+``bench`` (``coda_spec.bench``), ``tune`` (``coda_spec.tune``), ``schema`` (print the JSON
+Schema), ``primitives`` (list the registry). Exit codes (stable, in ``coda_spec.errors``): 0 ok,
+1 tool failure, 2 invalid spec, 3 wrong math or numerics, 4 no GPU (verify, bench, tune). No
+Python traceback reaches a user: unexpected failures print one line and exit 1 (set
+``CODA_DEBUG=1`` to see the traceback). ``check`` without ``--math`` imports neither torch nor
+quack; every command imports what it needs inside its own body.
 """
 
 from __future__ import annotations
@@ -203,7 +203,9 @@ def _raw_lines(path) -> list[str] | None:
     "--config",
     "config_text",
     default=None,
-    help="Tile/cluster/schedule, e.g. 128x256,cluster=2x1,cooperative (the default).",
+    help="Tile/cluster/schedule, e.g. 128x256,cluster=2x1,cooperative (the default); several "
+    "candidates separated by ';' (the first is the fallback), or 'auto'; coda tune picks among "
+    "them per kernel and shape.",
 )
 @click.option(
     "--stop-after",
@@ -228,14 +230,21 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
     """
     from coda_spec.build import BuildOptions, build_spec
     from coda_spec.build import prune as prune_builds
-    from coda_spec.config import parse_config
+    from coda_spec.config import parse_configs
 
     try:
-        config = parse_config(config_text)
+        configs = parse_configs(config_text)
     except ValueError as e:
         click.echo(f"error: --config: {e}", err=True)
         sys.exit(EXIT_INVALID_SPEC)
-    opts = BuildOptions(out=Path(out), config=config, stop_after=stop_after, jobs=jobs, force=force)
+    opts = BuildOptions(
+        out=Path(out),
+        config=configs[0],
+        configs=configs if len(configs) > 1 else (),
+        stop_after=stop_after,
+        jobs=jobs,
+        force=force,
+    )
     status, keep = EXIT_OK, {}
     for f in expand_paths(paths):
         try:
@@ -475,6 +484,75 @@ def bench(
             markdown=markdown,
         )
         status = C.main(args, _load_chain, _has_gpu)
+    except SpecError as e:
+        for d in e.diagnostics:
+            click.echo(render_text(d, _raw_lines(d.file)), err=True)
+        status = EXIT_INVALID_SPEC
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        status = EXIT_INVALID_SPEC
+    except (ToolError, CodaRuntimeError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        status = EXIT_TOOL_FAILURE
+    sys.exit(status)
+
+
+@main.command(short_help="Pick each kernel's fastest tile-config variant per shape.")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--m", "m_text", default=None, help="Dynamic-dim sizes, e.g. 16384,4096.")
+@click.option("--dims", "dims_text", default=None, help="Static dims, e.g. D=2048,F=5632.")
+@click.option(
+    "--width",
+    "width_text",
+    default=None,
+    help="Catalogue width rule (as coda bench): D=W, F=round_up(8/3 W, 256), KV=W/512 heads.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="Interleaved timing rounds (samples per variant).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="Untimed calls of each variant first.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Input seed.")
+@click.option(
+    "--out",
+    default=None,
+    help="Tune file to write or merge into [default: tuned/<gpu>.json, e.g. tuned/h200.json].",
+)
+@click.option("--builds", default="build", show_default=True, help="Where specs' builds are.")
+def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, builds):
+    """Time every variant of each multi-variant kernel on a CUDA GPU; record the fastest.
+
+    TARGETS are build directories or spec files (their latest build under --builds). The picks
+    are merged into --out, keyed by build directory name; coda_spec.load uses them (see
+    docs/tuning.md). Exit status: 0 ok, 1 tool failure, 2 invalid arguments, 4 no GPU.
+    """
+    _need_torch("coda tune", "on a GPU machine, the CUDA build you already use")
+    from coda_spec import tune as T
+    from coda_spec.bench import command as C
+    from coda_spec.runtime import CodaRuntimeError
+
+    try:
+        args = T.Args(
+            targets=tuple(targets),
+            ms=C.parse_ints(m_text, "--m"),
+            dims=C.parse_dims(dims_text),
+            widths=C.parse_ints(width_text, "--width"),
+            rounds=rounds,
+            warmup=warmup,
+            seed=seed,
+            out=Path(out) if out else None,
+            builds=Path(builds),
+        )
+        status = T.main(args, _load_chain, _has_gpu)
     except SpecError as e:
         for d in e.diagnostics:
             click.echo(render_text(d, _raw_lines(d.file)), err=True)

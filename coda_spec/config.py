@@ -1,9 +1,15 @@
-"""Build configuration: the GEMM tile/cluster/schedule every kernel of a build uses.
+"""Build configuration: the GEMM tile/cluster/schedule of a kernel, and a build's candidates.
 
 The default (128 x 256 tile, 2 x 1 cluster, cooperative) compiles every bundled spec without
-register spills on sm_90a; pingpong needs tile_N <= 208 at tile_M = 128 (QuACK 0.6.5). The config
-is one frozen object passed down through lowering, compile and manifest, and is part of the
-content hash of a build.
+register spills on sm_90a; pingpong needs tile_N <= 208 at tile_M = 128 (QuACK 0.6.5). A config
+is one frozen object passed down through lowering, compile and manifest.
+
+A build compiles each kernel at one or more candidate configs (``--config A;B;C`` or ``auto``):
+every candidate a kernel's primitives support, and whose SASS does not spill, becomes a variant
+of that kernel in the same library; the first candidate is every kernel's fallback, and
+``coda tune`` measures which variant to use per shape (docs/tuning.md). The candidate list is
+part of the build's content hash. Measured on the H200 (docs/benchmarks.md): no single config
+wins; b2 ran 1.25-2.45x its GEMM at D = 2048 across eight configs.
 """
 
 from __future__ import annotations
@@ -56,6 +62,23 @@ class BuildConfig:
         return out
 
 
+# ``--config auto``: the default first (every kernel's fallback), then the tile x cluster x
+# schedule space QuACK's sm90 GEMM takes for our epilogues (cooperative 128x256, 256x128,
+# 128x128; pingpong 128x192, 128x128, 128x64; clusters 1x1, 2x1, 1x2), pruned to 9 candidates so
+# a build stays within ~10x the one-config compile time.
+AUTO = (
+    "128x256,cluster=2x1,cooperative",
+    "128x256,cluster=1x1,cooperative",
+    "256x128,cluster=2x1,cooperative",
+    "128x128,cluster=2x1,cooperative",
+    "128x192,cluster=2x1,pingpong",
+    "128x192,cluster=1x1,pingpong",
+    "128x128,cluster=2x1,pingpong",
+    "128x128,cluster=1x2,pingpong",
+    "128x64,cluster=1x1,pingpong",
+)
+
+
 def config_text(key: dict) -> str:
     """A config (``BuildConfig.key()``, a manifest's ``config``) in ``--config`` syntax."""
     schedule = "pingpong" if key["pingpong"] else "cooperative"
@@ -82,3 +105,23 @@ def parse_config(text: str | None) -> BuildConfig:
         else:
             raise ValueError(f"unknown config item {part!r}; e.g. 128x256,cluster=2x1,cooperative")
     return BuildConfig(**cfg)
+
+
+def parse_configs(text: str | None) -> tuple[BuildConfig, ...]:
+    """``--config``: one config, ``A;B;C`` (candidates, the first is the fallback) or ``auto``."""
+    if text is not None and text.strip() == "auto":
+        return tuple(parse_config(t) for t in AUTO)
+    parts = [p for p in (text or "").split(";") if p.strip()]
+    configs = tuple(parse_config(p) for p in parts) or (BuildConfig(),)
+    seen = []
+    for c in configs:
+        if c in seen:
+            raise ValueError(f"config {config_text(c.key())} is listed twice")
+        seen.append(c)
+    return configs
+
+
+def config_tag(key: dict) -> str:
+    """A config as a symbol suffix: ``128x128_c2x1_pp``."""
+    schedule = "pp" if key["pingpong"] else "coop"
+    return f"{key['tile_m']}x{key['tile_n']}_c{key['cluster_m']}x{key['cluster_n']}_{schedule}"

@@ -13,9 +13,9 @@ What a call does, from ``manifest.json`` alone (see ``coda_spec.artifact``):
    gradients are validated the same way, also before any launch;
 2. runs the steps in order: each kernel gets its operands as views (Linear weights as (N, K),
    per-row vectors as (1, M), per-column vectors as (1, N)), freshly allocated outputs and
-   partial buffers (fp32, sized from the build's tile config), and
-   ``max_active_clusters = SMs // cluster size``; finalize steps fold partials in torch; host
-   steps run the spec's reference math in torch;
+   partial buffers (fp32, sized from the chosen variant's tile config), and
+   ``max_active_clusters = SMs // cluster size``; finalize steps fold partials in torch (along
+   the tile axis, whatever its width); host steps run the spec's reference math in torch;
 3. returns the declared outputs. ``add_to`` outputs are written IN PLACE into the tensor they
    accumulate into (that is the point of QuACK's add_to_output), which is returned under the
    output's name.
@@ -44,6 +44,26 @@ is 0, so ``rsqrt_mean`` is ``rsqrt(eps)``); ``max`` and ``absmax`` are -inf (max
 torch's amax refuses an empty axis) and ``logsumexp`` is -inf (torch's value). Per-row
 statistics over zero rows are simply empty.
 
+Variants (manifest format 4). A kernel step may hold several compiled variants of one
+epilogue, each at another tile config (``variants``; ``variants[0]`` is the fallback and repeats
+the step's own values; a format-2/3 step is one variant at the manifest's ``config``). Per call
+and per kernel step the runtime picks one:
+
+* forced: :meth:`Chain.with_variants` (verify, tune and bench run a named variant);
+* else tuned: the tune table's entry (``coda_spec.tune``: ``tuned=`` of :func:`load`, else
+  ``$CODA_TUNED``, else ``./tuned/*.json``) for this build (keyed by the build directory's name,
+  ``<name>-<hash>``, so a rebuild of the same spec keeps its tuning), this kernel and this shape:
+  the entry's static dims equal the chain's, its config is one of the step's variants, and of
+  those the smallest ``m_max >= M`` wins, else the largest ``m_max``;
+* else ``variants[0]``.
+
+The table is read and filtered to this build and these static dims once, at load (a malformed
+file is a ValueError naming it); what is left per call is a short list scan. The GPU check
+happens at the first launch: a build entry measured on another GPU (its ``gpu`` is not
+``torch.cuda.get_device_name()``) is not used, with a warning naming both. The launch then uses
+the variant's ``symbol``, ``fields`` (its partial-buffer shapes), ``field_order``, ``majors``,
+``max_swizzle_size`` and ``max_active_clusters = SMs // (its cluster_m * cluster_n)``.
+
 Library lookup (``libcute_dsl_runtime.so``, needed by every exported kernel): the file named by
 ``$CODA_CUTE_DSL_RUNTIME``, then the build directory, then the installed ``nvidia-cutlass-dsl``
 (found without importing it), then ``$LD_LIBRARY_PATH``. It is preloaded with RTLD_GLOBAL.
@@ -55,20 +75,55 @@ import ctypes
 import importlib.util
 import math
 import os
+import warnings
 from pathlib import Path
 
 import torch
 
 from coda_spec import dims as dimmod
 from coda_spec.artifact import eval_shape, gemm_extents, input_required, read_manifest
+from coda_spec.config import config_text
 from coda_spec.finalize import mean_of
 from coda_spec.reference import TORCH_DTYPES
+from coda_spec.tune import load_table
 
 LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 SPLIT_K = ("split_k_semaphore", "split_k_workspace")
 PARTIAL_ROLES = ("colred", "rowred", "group_out")
 EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
+# what a variant holds (format 4), read from a format-2/3 kernel step's own values
+VARIANT_KEYS = (
+    "symbol",
+    "fields",
+    "field_order",
+    "majors",
+    "max_swizzle_size",
+    "compile_s",
+    "object_bytes",
+)
+
+
+def step_variants(manifest: dict, step: dict) -> list[dict]:
+    """A kernel step's variants: format 4's ``variants``; a format-2/3 step (no ``variants``) is
+    one variant made of its own values at the manifest's ``config``."""
+    if step.get("variants"):
+        return list(step["variants"])
+    return [{"config": manifest["config"], **{k: step[k] for k in VARIANT_KEYS if k in step}}]
+
+
+def variant_name(variant: dict) -> str:
+    """A variant's name: its config in ``--config`` syntax (``128x128,cluster=2x1,pingpong``)."""
+    return config_text(variant["config"])
+
+
+def _pick(rows: tuple, m: int) -> int:
+    """The variant of the entry with the smallest ``m_max >= m``, else of the largest m_max.
+    ``rows``: ((m_max, variant index), ...) sorted by m_max."""
+    for m_max, index in rows:
+        if m_max >= m:
+            return index
+    return rows[-1][1]
 
 
 class CodaRuntimeError(RuntimeError):
@@ -124,6 +179,14 @@ def _current_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def _device_name(device) -> str:
+    """The GPU's name, as tune files record it. (A seam: CPU tests patch it; a CPU device, which
+    only those tests run on, is called "cpu".)"""
+    if device.type != "cuda":
+        return "cpu"
+    return torch.cuda.get_device_name(device)
+
+
 def _dense_strides(shape) -> tuple:
     """Row-major strides as torch.empty gives them (a size-0 or size-1 dim counts as 1)."""
     out, step = [], 1
@@ -159,22 +222,142 @@ def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:
 
 
 class Chain:
-    """A loaded build. Call it with the chain's inputs as keyword tensors."""
+    """A loaded build. Call it with the chain's inputs as keyword tensors.
 
-    def __init__(self, directory, manifest: dict | None = None):
+    ``tuned``: where the variant picks come from (see the module docstring): a tune file or a
+    directory of them, a tune file's data, a ``coda_spec.tune.TuneTable``, None (the default
+    search path) or False (none: every kernel runs ``variants[0]``)."""
+
+    def __init__(self, directory, manifest: dict | None = None, tuned=None):
         self.directory = Path(directory).resolve()
         self.manifest = manifest if manifest is not None else read_manifest(self.directory)
         self.name = self.manifest["name"]
         self._module = None
         self._checked = None
+        self._device = None
         self._sms: dict = {}
         self._shapes: dict = {}
+        m = self.manifest
+        kernels = [
+            s for s in list(m["steps"]) + list(m.get("backward_steps", [])) if s["kind"] == "kernel"
+        ]
+        self._variants = {s["name"]: step_variants(m, s) for s in kernels}
+        self._names = {k: [variant_name(v) for v in vs] for k, vs in self._variants.items()}
+        dynamic = [k for k, v in m["dims"].items() if v is None]
+        self._dynamic = dynamic[0] if dynamic else None
+        self._forced: dict = {}  # step -> variant index (with_variants)
+        self._table = load_table(tuned)
+        self._tuned = self._tuned_rows()
+        self._picks: dict | None = None  # {step: rows} once the GPU is checked (first launch)
 
     def with_manifest(self, manifest: dict) -> Chain:
-        """The same library under another manifest (verify's re-sized shapes)."""
-        other = Chain(self.directory, manifest)
+        """The same library under another manifest (verify's re-sized shapes), with the same
+        tune table; forced variants carry over where the new manifest has them (by name)."""
+        other = Chain(self.directory, manifest, tuned=self._table)
         other._module, other._checked = self._module, self._checked
+        for step, i in self._forced.items():
+            name = self._names[step][i]
+            if name in other._names.get(step, ()):
+                other._forced[step] = other._names[step].index(name)
         return other
+
+    # -- variants ----------------------------------------------------------------------------
+    def variant_names(self, step: str) -> list[str]:
+        """A kernel step's variants by name (config text), the fallback first."""
+        if step not in self._names:
+            raise ValueError(
+                f"{self.name}: no kernel step '{step}' (kernel steps: {', '.join(self._names)})"
+            )
+        return list(self._names[step])
+
+    def with_variants(self, choice: dict) -> Chain:
+        """A chain that always runs the given variants: ``{step: index or name}`` (a name is a
+        config text, see :meth:`variant_names`); other kernels keep this chain's rule."""
+        forced = dict(self._forced)
+        for step, v in choice.items():
+            names = self.variant_names(step)
+            if isinstance(v, str):
+                if v not in names:
+                    raise ValueError(
+                        f"{self.name}: kernel '{step}' has no variant {v!r} (it has "
+                        f"{', '.join(names)})"
+                    )
+                forced[step] = names.index(v)
+            elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(names):
+                forced[step] = v
+            else:
+                raise ValueError(
+                    f"{self.name}: kernel '{step}' has {len(names)} variant(s); {v!r} is not "
+                    "one of their indices or names"
+                )
+        other = self.with_manifest(self.manifest)
+        other._forced = forced
+        return other
+
+    def selected_variants(self, sizes: dict) -> dict:
+        """The variant name each kernel step runs at ``sizes`` (forced, tuned, else the
+        fallback), without running anything. Checks the tune table's GPU like a call does."""
+        steps = list(self.manifest["steps"]) + list(self.manifest.get("backward_steps", []))
+        return {
+            s["name"]: variant_name(self._variant(s, sizes)) for s in steps if s["kind"] == "kernel"
+        }
+
+    def _tuned_rows(self) -> list:
+        """[(path, gpu, {step: ((m_max, variant index), ...)})]: the tune table's entries for
+        this build at this chain's static dims whose config is one of the step's variants."""
+        static = {k: v for k, v in self.manifest["dims"].items() if v is not None}
+        out = []
+        for path, entry in self._table.builds(self.directory.name):
+            rows = {}
+            for step, entries in entry["kernels"].items():
+                names = self._names.get(step)
+                if not names or len(names) < 2:
+                    continue
+                got: dict = {}
+                for e in entries:
+                    if e["dims"] == static and e["config"] in names:
+                        got.setdefault(e["m_max"], names.index(e["config"]))
+                if got:
+                    rows[step] = tuple(sorted(got.items()))
+            if rows:
+                out.append((path, entry["gpu"], rows))
+        return out
+
+    def _tuned_picks(self) -> dict:
+        """{step: rows} usable on this GPU; decided once, at the first launch."""
+        if self._picks is None:
+            picks: dict = {}
+            if self._tuned:
+                device = self._device if self._device is not None else _current_device()
+                gpu = _device_name(device)
+                for _, measured_on, rows in self._tuned:
+                    if measured_on == gpu:
+                        for step, r in rows.items():
+                            picks.setdefault(step, r)
+                if not picks:
+                    files = ", ".join(sorted({p for p, _, _ in self._tuned}))
+                    other = ", ".join(sorted({g for _, g, _ in self._tuned}))
+                    warnings.warn(
+                        f"{self.name}: tune file(s) {files} were measured on {other}, not on "
+                        f"this {gpu}; not used (every kernel runs its fallback variant; run "
+                        "coda tune on this GPU)",
+                        stacklevel=4,
+                    )
+            self._picks = picks
+        return self._picks
+
+    def _variant(self, step: dict, sizes: dict) -> dict:
+        """The variant a kernel step runs at ``sizes``: forced, else tuned, else variants[0]."""
+        name = step["name"]
+        variants = self._variants.get(name) or step_variants(self.manifest, step)
+        index = self._forced.get(name)
+        if index is None:
+            index = 0
+            if len(variants) > 1 and self._tuned:
+                rows = self._tuned_picks().get(name)
+                if rows:
+                    index = _pick(rows, int(sizes.get(self._dynamic, 0)))
+        return variants[index]
 
     @property
     def required_inputs(self) -> list[str]:
@@ -366,13 +549,14 @@ class Chain:
 
     def _kernel(self, step, env, sizes, partials):
         dev = self._device
+        v = self._variant(step, sizes)
         a_t, a_tr = step["a"]
         b_t, b_tr = step["b"]
         a = env[a_t].T if a_tr else env[a_t]
         b_val = env[b_t].T if b_tr else env[b_t]
         b = b_val.T  # QuACK's B is (N, K)
         for what, x in (("A", a), ("B", b)):
-            want = step["majors"][what]
+            want = v["majors"][what]
             if ("row" if x.stride(-1) == 1 else "col") != want:
                 raise CodaRuntimeError(
                     f"{self.name}: kernel '{step['name']}' operand {what} must be {want}-major"
@@ -386,19 +570,19 @@ class Chain:
                 d = self._alloc(eval_shape(shape, sizes), TORCH_DTYPES[dtype], dev)
         c = env[step["c"][0]] if step["c"] is not None else None
         made, args = {}, {}
-        for f in step["fields"]:
+        for f in v["fields"]:  # partial buffers sized by this variant's tile
             args[f["name"]] = self._field(f, env, sizes, dev, made, partials)
-        epi = tuple(None if n in SPLIT_K else args[n] for n in step["field_order"])
-        cfg = self.manifest["config"]
+        epi = tuple(None if n in SPLIT_K else args[n] for n in v["field_order"])
+        cfg = v["config"]
         mac = self._sm_count(dev) // (cfg["cluster_m"] * cfg["cluster_n"])
-        sched = (mac, None, step["max_swizzle_size"], None, None, None)
-        fn = self._fn(step["symbol"])
+        sched = (mac, None, v["max_swizzle_size"], None, None, None)
+        fn = self._fn(v["symbol"])
         try:
             fn(a, b, d, c, epi, sched, None, None, None)
         except Exception as e:  # noqa: BLE001 - the compiled argument check refused
             raise CodaRuntimeError(
-                f"{self.name}: kernel '{step['name']}' refused its arguments (a coda runtime "
-                f"bug: its validation passed them; please report): {e}"
+                f"{self.name}: kernel '{step['name']}' (variant {variant_name(v)}) refused its "
+                f"arguments (a coda runtime bug: its validation passed them; please report): {e}"
             ) from e
         if d is not None:
             env[step["d"][0]] = d
@@ -476,7 +660,8 @@ class Chain:
             x = buf.reshape(-1) if 1 in buf.shape else buf
         elif role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
             x = buf.reshape(-1) if buf.shape[1] == 1 else buf
-        else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles
+        else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles:
+            # the tile count follows the variant that wrote the buffer; any count folds alike
             x = _fold(buf, fold, 1 if role == "colred" else 0)
         n = step["n"]
         n = eval_shape([n], sizes)[0] if isinstance(n, str) else n
@@ -511,6 +696,8 @@ class Chain:
         return self._checked
 
 
-def load(directory) -> Chain:
-    """Load a build directory (``build/<name>-<hash>`` or ``build/<name>-latest``)."""
-    return Chain(directory)
+def load(directory, tuned=None) -> Chain:
+    """Load a build directory (``build/<name>-<hash>`` or ``build/<name>-latest``). ``tuned``:
+    the tune table to pick variants from (a file or directory path, a loaded table, False for
+    none); None: ``$CODA_TUNED``, else ``./tuned/*.json`` (see ``coda_spec.tune``)."""
+    return Chain(directory, tuned=tuned)

@@ -17,6 +17,15 @@ static dims nudged off the tile grid; small: M = 64; or ``--dims``):
    The relative error ||out - ref|| / ||ref|| is reported (about 1.7e-3 is one bf16 rounding);
 5. ``equivalent_to`` (the unfused math) is evaluated on the same inputs and compared with ref.
 
+Variants (manifest format 4: a kernel compiled at several tile configs, the runtime picking one
+per shape from a tune table). Every variant a call could select is checked: the cases run once
+per candidate config of the build (``configs``), each round forcing that config's variant on
+every kernel step that has it and ``variants[0]`` (the fallback) on the others
+(``Chain.with_variants``), so each variant of each kernel runs every case. The ragged case is
+ragged for the round's own tile (its ``tile_n``), and re-sized manifests carry each variant's
+own partial-buffer shapes. Checks of a multi-variant build are labelled with the round's config
+(case ``real [128x128,cluster=2x1,pingpong]``); a single-variant build runs and reads as before.
+
 Exit codes: 0 all pass, 3 numeric failure, 2 invalid spec, 1 tool error, 4 no CUDA GPU (the
 reference-side checks ran; pass ``--allow-no-gpu`` to accept that). Verify never compiles.
 """
@@ -109,8 +118,13 @@ def ragged_dims(checked, tile_n: int = 256, notes: list | None = None) -> dict:
 
 
 def cases(
-    checked, dims: dict | None, only_small: bool = False, notes: list | None = None
+    checked,
+    dims: dict | None,
+    only_small: bool = False,
+    notes: list | None = None,
+    tile_n: int = 256,
 ) -> list[tuple[str, dict]]:
+    """The shape cases; ``tile_n``: the tile the ragged case's static dims are nudged off."""
     dyn = [d.name for d in checked.spec.dims if d.size is None]
 
     def with_m(m, extra=None):
@@ -122,19 +136,38 @@ def cases(
         return [("small", with_m(SMALL_M))]
     return [
         ("real", with_m(REAL_M)),
-        ("ragged", with_m(RAGGED_M, ragged_dims(checked, notes=notes))),
+        ("ragged", with_m(RAGGED_M, ragged_dims(checked, tile_n, notes=notes))),
         ("small", with_m(SMALL_M)),
     ]
 
 
 def resized_manifest(chain, checked_case) -> dict:
-    """The manifest with every shape recomputed at other dims (kernels are shape-symbolic)."""
-    from coda_spec.config import BuildConfig
+    """The manifest with every shape recomputed at other dims (kernels are shape-symbolic).
+
+    Each variant's fields are re-lowered at its own config (its partial-buffer shapes follow its
+    tile); a variant whose config cannot lower at these dims (a primitive's ``supports()``
+    refuses it, SpecError) is left out of the re-sized manifest. The fallback (``config``) must
+    lower, as before."""
+    from coda_spec.config import BuildConfig, config_text
+    from coda_spec.errors import SpecError
     from coda_spec.lower.module import lower_spec
+    from coda_spec.runtime import step_variants
 
     m = dict(chain.manifest)
     cfg = BuildConfig(**m["config"])
     lowered = {k.step: k for k in lower_spec(checked_case, cfg).kernels}
+    at_config = {config_text(m["config"]): lowered}
+
+    def lowered_at(key: dict):
+        text = config_text(key)
+        if text not in at_config:
+            try:
+                kernels = lower_spec(checked_case, BuildConfig(**key)).kernels
+                at_config[text] = {k.step: k for k in kernels}
+            except SpecError:
+                at_config[text] = None
+        return at_config[text]
+
     a = checked_case.analysis
     spec = checked_case.spec
     m["dims"] = {d.name: d.size for d in spec.dims}
@@ -147,7 +180,15 @@ def resized_manifest(chain, checked_case) -> dict:
         if step["kind"] != "kernel":
             return step
         k = lowered[step["name"]]
-        return dict(step, fields=[asdict(f) for f in k.fields], d=k.d, c=k.c)
+        out = dict(step, fields=[asdict(f) for f in k.fields], d=k.d, c=k.c)
+        if step.get("variants"):
+            kept = []
+            for v in step_variants(m, step):
+                at = lowered_at(v["config"])
+                if at is not None and step["name"] in at:
+                    kept.append(dict(v, fields=[asdict(f) for f in at[step["name"]].fields]))
+            out["variants"] = kept
+        return out
 
     m["steps"] = [fix(s) for s in m["steps"]]
     m["backward_steps"] = [fix(s) for s in m["backward_steps"]]
@@ -227,9 +268,13 @@ def _partials(manifest, env) -> list[tuple[str, int]]:
     return out
 
 
-def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=None) -> tuple:
+def verify_case(
+    chain, checked, case: str, sizes: dict, seed: int, reference=None, variant: str | None = None
+) -> tuple:
     """Run one shape case. ``reference``: a checked spec whose math is the reference (the
-    must-fail test checks a mutant's build against the original spec)."""
+    must-fail test checks a mutant's build against the original spec). ``variant``: a config
+    text: run that variant of every kernel step that has it (at these dims) and the fallback of
+    the others; None: the chain as it is (a single-variant build)."""
     import torch
 
     from coda_spec.equivalence import check_equivalence
@@ -249,6 +294,8 @@ def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=Non
         raise CaseSkipped("; ".join(bad))
     manifest = resized_manifest(chain, case_checked) if static else chain.manifest
     runner = chain.with_manifest(manifest) if static else chain
+    if variant is not None:
+        runner = runner.with_variants(_forced(manifest, variant))
     low, exact = make_inputs(case_checked.spec, sizes, seed)
     bad = derive_mismatches(case_checked.spec, sizes, {k: tuple(v.shape) for k, v in low.items()})
     if bad:  # a derive the meta evaluation could not size
@@ -307,25 +354,76 @@ def verify_case(chain, checked, case: str, sizes: dict, seed: int, reference=Non
     return checks, algebra
 
 
+def _kernel_variants(manifest) -> list[list[str]]:
+    """Every kernel step's variant names (config texts), fallback first."""
+    from coda_spec.config import config_text
+    from coda_spec.runtime import step_variants
+
+    steps = manifest["steps"] + manifest.get("backward_steps", [])
+    return [
+        [config_text(v["config"]) for v in step_variants(manifest, s)]
+        for s in steps
+        if s["kind"] == "kernel"
+    ]
+
+
+def variant_rounds(manifest) -> list[dict]:
+    """The build's candidate configs that some kernel was built at, in order (the fallback
+    first), as config keys: one verification round each. One round: a single-variant build."""
+    from coda_spec.config import config_text
+
+    configs = manifest.get("configs") or [manifest["config"]]
+    have = {n for names in _kernel_variants(manifest) for n in names}
+    return [c for i, c in enumerate(configs) if i == 0 or config_text(c) in have]
+
+
+def _forced(manifest, variant: str) -> dict:
+    """{kernel step: variant} for one round: ``variant`` where the step has it, else the
+    fallback (index 0). CaseSkipped when no kernel has it (at re-sized dims)."""
+    from coda_spec.config import config_text
+    from coda_spec.runtime import step_variants
+
+    out, hit = {}, False
+    for s in manifest["steps"] + manifest.get("backward_steps", []):
+        if s["kind"] != "kernel":
+            continue
+        names = [config_text(v["config"]) for v in step_variants(manifest, s)]
+        if variant in names:
+            out[s["name"]], hit = variant, True
+        else:
+            out[s["name"]] = 0
+    if not hit and variant != config_text(manifest["config"]):
+        raise CaseSkipped(f"no kernel has variant {variant} at these dims")
+    return out
+
+
 def verify_chain(
     chain, seed: int, dims: dict | None = None, only_small: bool = False, reference=None
 ) -> Report:
     import torch
+
+    from coda_spec.config import config_text
 
     start = time.perf_counter()
     checked = chain.checked()
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     checks, algebra = [], list(math_proof(reference or checked, seed))
     notes: list = []
-    for case, sizes in cases(checked, dims, only_small, notes):
-        try:
-            c, a = verify_case(chain, checked, case, sizes, seed, reference)
-        except CaseSkipped as e:  # never abort the chain: note it and run the other cases
-            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-            notes.append(f"{case} case ({shown}) skipped: {e}")
-            continue
-        checks += c
-        algebra += a
+    rounds = variant_rounds(chain.manifest)
+    for i, key in enumerate(rounds):
+        variant = config_text(key) if len(rounds) > 1 else None
+        for case, sizes in cases(checked, dims, only_small, notes, key["tile_n"]):
+            label = f"{case} [{variant}]" if variant else case
+            try:
+                c, a = verify_case(chain, checked, label, sizes, seed, reference, variant)
+            except CaseSkipped as e:  # never abort the chain: note it and run the other cases
+                shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                notes.append(f"{label} case ({shown}) skipped: {e}")
+                continue
+            checks += c
+            if i == 0:  # equivalent_to is the spec's math: once, not once per variant
+                algebra += a
+    notes = list(dict.fromkeys(notes))  # the ragged note of every round once
     return Report(
         chain.name,
         str(chain.directory),

@@ -298,7 +298,7 @@ def test_size_one_dims_get_canonical_strides():
 def test_manifest_marks_required_inputs(tmp_path):
     d, _ = make_build(tmp_path, "derive_only_inputs")
     m = json.loads((d / "manifest.json").read_text())
-    assert m["format"] == artifact.FORMAT_VERSION == 3
+    assert m["format"] == artifact.FORMAT_VERSION == 4
     required = {i["name"]: i["required"] for i in m["inputs"]}
     assert required == {
         "x": False,
@@ -339,7 +339,7 @@ def test_format2_manifest_still_loads(tmp_path, cpu):
         chain(**low)
 
 
-@pytest.mark.parametrize("fmt", [1, 4, None])
+@pytest.mark.parametrize("fmt", [1, 5, None])
 def test_unknown_manifest_format_is_refused(fmt, tmp_path):
     def edit(m):
         m["format"] = fmt

@@ -46,7 +46,6 @@ import torch
 from coda_spec.bench import roofline as R
 from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
 from coda_spec.bench.timing import Clock, time_interleaved
-from coda_spec.config import config_text
 from coda_spec.errors import ToolError
 
 DEFAULT_M = (16384,)
@@ -341,7 +340,18 @@ def _baseline_candidates(checked, manifest, sizes, opts, low, grads, compiled) -
     return cands, why, complete, bases
 
 
-def _case(checked, m, sizes, d, opts, timing, notes, copy_gbps) -> Case:
+def _configs_run(chain, steps, sizes) -> str:
+    """The config the section's kernels ran at (their selected variants: tuned, else the
+    fallback); several are listed per kernel. "" for a section without kernels."""
+    picked = chain.selected_variants(sizes)
+    names = [s["name"] for s in steps if s["kind"] == "kernel"]
+    configs = list(dict.fromkeys(picked[n] for n in names))
+    if len(configs) <= 1:
+        return configs[0] if configs else ""
+    return "; ".join(f"{n}: {picked[n]}" for n in names)
+
+
+def _case(chain, checked, m, sizes, d, opts, timing, notes, copy_gbps) -> Case:
     stats, failed, first, cands, why, complete = timing
     steps = R.section_steps(m, d)
     outs = R.section_outputs(m, d)
@@ -375,7 +385,7 @@ def _case(checked, m, sizes, d, opts, timing, notes, copy_gbps) -> Case:
         kernels=tuple(kernels),
         sol=gemm,
         notes=tuple(notes),
-        config=config_text(m["config"]) if any(x["kind"] == "kernel" for x in steps) else "",
+        config=_configs_run(chain, steps, sizes),
     )
 
 
@@ -424,7 +434,7 @@ def bench_shape(
     )
     timing = (stats, failed, first, cands, why, complete)
     return [
-        _case(checked, m, sizes, d, opts, timing, notes.get(d, []), copy_gbps)
+        _case(chain, checked, m, sizes, d, opts, timing, notes.get(d, []), copy_gbps)
         for d in (("fwd", "bwd", "fwd+bwd") if grads else ("fwd",))
     ]
 

@@ -126,6 +126,56 @@ def lower_spec(checked, config) -> LoweredModule:
     return LoweredModule(render(spec, kernels), tuple(kernels))
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One kernel at one candidate config: ``symbol`` is the exported name (the first variant
+    keeps the function's own name), ``function`` the generated function it compiles."""
+
+    step: str
+    config: object  # BuildConfig
+    symbol: str
+    function: str
+    kernel: object  # LoweredKernel at this config (its fields carry the config's shapes)
+
+
+def lower_variants(checked, configs) -> tuple[LoweredModule, dict, list]:
+    """Lower at every candidate config. Returns (the module at configs[0], {step: [Variant, ...]}
+    in candidate order, [(step, config, why) dropped]).
+
+    configs[0] is every kernel's fallback: it must lower every kernel (SpecError otherwise, as a
+    one-config build). A later candidate that a primitive's ``supports()`` refuses for one kernel
+    is dropped for that kernel only. The generated epilogue does not depend on the tile config
+    (only partial-buffer shapes do), so every variant compiles the same function of kernel.py;
+    a candidate that would lower to different code is dropped too, with that reason."""
+    from dataclasses import replace
+
+    from coda_spec.config import config_tag
+
+    first = lower_spec(checked, configs[0])
+    base = {k.step: k for k in first.kernels}
+    variants = {k.step: [Variant(k.step, configs[0], k.symbol, k.symbol, k)] for k in first.kernels}
+    dropped = []
+    spec, analysis = checked.spec, checked.analysis
+    prims = registry()
+    sizes = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
+    for config in configs[1:]:
+        for step, info in kernel_steps(analysis):
+            width = info.width if isinstance(info.width, int) else 0
+            cfg = replace(config, sizes=sizes, width=width)
+            try:
+                k = lower_kernel(analysis, step, info, checked.source.lines, spec.file, cfg, prims)
+            except SpecError as e:
+                dropped.append((step.name, config, e.diagnostics[0].message))
+                continue
+            b = base[step.name]
+            if (k.decorator, k.body, k.params) != (b.decorator, b.body, b.params):
+                dropped.append((step.name, config, "lowers to other code than the fallback"))
+                continue
+            symbol = f"{b.symbol}__{config_tag(config.key())}"
+            variants[step.name].append(Variant(step.name, config, symbol, b.symbol, k))
+    return first, variants, dropped
+
+
 def render(spec, kernels) -> str:
     versions = tool_versions()
     banner = [

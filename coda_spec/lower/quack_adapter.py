@@ -98,7 +98,7 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
             epi[f["name"]] = int(f["shape"][0])
         else:
             epi[f["name"]] = _empty(f["shape"], f["dtype"], sizes)
-    fn = getattr(mod, k["symbol"])
+    fn = getattr(mod, k.get("function", k["symbol"]))  # a variant compiles its fallback's fn
     start = time.perf_counter()
     kwargs = {"epi_key_overrides": overrides} if overrides else {}
     plan = fn.gemm(
@@ -137,6 +137,20 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
     }
 
 
+def compile_jobs(lowered: dict) -> dict:
+    """Exported symbol -> (the kernel to compile, its config): the fallback kernels of
+    ``lowered["kernels"]`` and every variant (same generated function, its own tile config and
+    partial-buffer fields). lowered.json of a one-config build has no ``variants``."""
+    by_symbol = {k["symbol"]: k for k in lowered["kernels"]}
+    jobs = {s: (k, lowered["config"]) for s, k in by_symbol.items()}
+    for variants in lowered.get("variants", {}).values():
+        for v in variants:
+            kernel = dict(by_symbol[v["function"]], fields=v["fields"])
+            kernel.update(symbol=v["symbol"], function=v["function"])
+            jobs[v["symbol"]] = (kernel, v["config"])
+    return jobs
+
+
 def main(argv: list[str]) -> int:
     build_dir = Path(argv[0])
     symbols = argv[1:]
@@ -153,11 +167,12 @@ def main(argv: list[str]) -> int:
         for s in symbols:
             (build_dir / f"{s}.error.txt").write_text(traceback.format_exc())
         return 3
-    by_symbol = {k["symbol"]: k for k in lowered["kernels"]}
+    jobs = compile_jobs(lowered)
     status = 0
     for s in symbols:
         try:
-            plan, record = compile_one(mod, by_symbol[s], lowered, lowered["config"])
+            kernel, config = jobs[s]
+            plan, record = compile_one(mod, kernel, lowered, config)
             start = time.perf_counter()
             obj = build_dir / f"{s}.o"
             plan.compiled_fn.export_to_c(

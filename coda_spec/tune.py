@@ -1,0 +1,543 @@
+"""``coda tune``: measure which tile-config variant of each kernel is fastest, per shape, and
+keep the pick in a tune file the runtime reads (docs/tuning.md).
+
+Layer map: cli -> tune -> {bench.driver (dims rules: ``plan``, ``at_dims``), bench.timing (the
+method), runtime (``Chain.with_variants``, ``steps_fn``), inputs}; and runtime -> tune (the
+table reader only). This module imports only json/pathlib/dataclasses and the light
+``coda_spec.config`` / ``coda_spec.errors`` at import time, so the runtime can read tune files
+without pulling torch-heavy or compiler modules; everything that times imports inside its
+function body.
+
+Why: a format-4 build compiles each kernel at several candidate configs (``coda build --config
+A;B;C`` or ``auto``), and no single config wins everywhere (docs/benchmarks.md). The build
+cannot know which is fastest -- it has no GPU -- so the choice is measured once on the GPU and
+recorded next to the code, where it survives rebuilds of the same spec (same content hash) and
+can be checked in.
+
+Method (the one ``coda bench`` uses, ``coda_spec.bench.timing``): per build, per shape (``--m``,
+``--dims``, ``--width``, the bench rules), the chain runs once on drawn inputs to produce every
+tensor; then each kernel step with more than one variant is timed alone (``Chain.steps_fn`` of a
+chain forced to that variant, ``Chain.with_variants``): every variant of that kernel in the same
+interleaved rounds, an L2 flush before each sample, warm-up outside the timing; the variant with
+the smallest median wins. Kernels with one variant need no timing and get no entry.
+
+Tune file (JSON, ``FORMAT`` = 1)::
+
+    {"format": 1,
+     "builds": {
+       "<name>-<hash>": {                  # the build directory's name (not -latest)
+         "spec": "rmsnorm_chain", "gpu": "NVIDIA H200", "driver": "565.57.01",
+         "date": "2026-05-01 12:00 UTC", "command": "coda tune ...",
+         "kernels": {
+           "<step>": [{"dims": {"D": 4096, "F": 11008},   # the static dims it was tuned at
+                       "m_max": 16384,                     # the dynamic dim (M) it was tuned at
+                       "config": "128x128,cluster=2x1,pingpong",   # the winner
+                       "ms": 0.412,                                  # its median
+                       "candidates": {"<config>": ms, ...}}]}}}}   # every variant timed
+
+The runtime rule (``coda_spec.runtime``): for each kernel step, an entry applies when its
+``dims`` equal the chain's static dims and its ``config`` names one of the step's variants; of
+those, the one with the smallest ``m_max >= M`` wins, else the one with the largest ``m_max``;
+no entry: ``variants[0]`` (the build's fallback). A build entry whose ``gpu`` is not this GPU's
+name is not used (a warning names both). Several files (a directory, ``$CODA_TUNED``, or
+``./tuned/*.json``): read in sorted order; per kernel, the first file with entries for this
+build and GPU wins.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coda_spec.config import config_text, parse_config
+from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
+
+FORMAT = 1
+ENV = "CODA_TUNED"  # a tune file, or a directory of *.json
+DEFAULT_DIR = "tuned"  # ./tuned/*.json when $CODA_TUNED is not set
+INLINE = "<tune table>"  # the "path" of a table passed as a dict
+
+
+# -- the table: read and validate (the runtime's side; no torch) -------------------------------
+
+
+@dataclass(frozen=True)
+class TuneTable:
+    """Tune files as read: ``sources`` is ((path, validated data), ...) in search order."""
+
+    sources: tuple = ()
+
+    def builds(self, key: str) -> list[tuple[str, dict]]:
+        """(path, build entry) of every source with an entry for build ``key``."""
+        return [(p, d["builds"][key]) for p, d in self.sources if key in d["builds"]]
+
+
+def _bad(path, why: str) -> ValueError:
+    return ValueError(f"{path}: not a coda tune file (format {FORMAT}): {why}")
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _entry(path, where: str, row) -> dict:
+    if not isinstance(row, dict):
+        raise _bad(path, f"{where} is not an object")
+    dims = row.get("dims")
+    if not isinstance(dims, dict) or not all(
+        isinstance(k, str) and _int(v) for k, v in dims.items()
+    ):
+        raise _bad(path, f"{where}.dims must map dim names to integers")
+    if not _int(row.get("m_max")) or row["m_max"] < 0:
+        raise _bad(path, f"{where}.m_max must be a non-negative integer")
+    if not isinstance(row.get("config"), str):
+        raise _bad(path, f"{where}.config must be a config text (128x256,cluster=2x1,...)")
+    try:
+        config = config_text(parse_config(row["config"]).key())
+    except ValueError as e:
+        raise _bad(path, f"{where}.config {row['config']!r}: {e}") from e
+    ms = row.get("ms")
+    if ms is not None and not isinstance(ms, (int, float)):
+        raise _bad(path, f"{where}.ms must be a number")
+    cands = row.get("candidates", {})
+    if not isinstance(cands, dict) or not all(
+        v is None or isinstance(v, (int, float)) for v in cands.values()
+    ):
+        raise _bad(path, f"{where}.candidates must map config texts to milliseconds")
+    return dict(row, dims=dict(dims), config=config, candidates=dict(cands))
+
+
+def validate(data, path=INLINE) -> dict:
+    """A tune file's data, checked; config texts normalized. ValueError naming ``path``."""
+    if not isinstance(data, dict):
+        raise _bad(path, "the top level is not an object")
+    if data.get("format") != FORMAT:
+        raise _bad(path, f"format is {data.get('format')!r}, expected {FORMAT}")
+    builds = data.get("builds")
+    if not isinstance(builds, dict):
+        raise _bad(path, "'builds' must be an object keyed by build directory name")
+    out = {}
+    for key, b in builds.items():
+        where = f"builds[{key!r}]"
+        if not isinstance(b, dict):
+            raise _bad(path, f"{where} is not an object")
+        if not isinstance(b.get("gpu"), str) or not b["gpu"]:
+            raise _bad(path, f"{where}.gpu must name the GPU it was measured on")
+        kernels = b.get("kernels")
+        if not isinstance(kernels, dict):
+            raise _bad(path, f"{where}.kernels must map kernel steps to lists of entries")
+        fixed = {}
+        for step, rows in kernels.items():
+            if not isinstance(rows, list):
+                raise _bad(path, f"{where}.kernels[{step!r}] is not a list")
+            fixed[step] = [
+                _entry(path, f"{where}.kernels[{step!r}][{i}]", r) for i, r in enumerate(rows)
+            ]
+        out[key] = dict(b, kernels=fixed)
+    return dict(data, builds=out)
+
+
+def read_file(path) -> dict:
+    """One tune file, validated (ValueError naming the path when it is malformed)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise _bad(path, f"invalid JSON: {e}") from e
+    except UnicodeDecodeError as e:
+        raise _bad(path, f"not UTF-8 text: {e}") from e
+    return validate(data, path)
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(path.glob("*.json"))
+    if path.is_file():
+        return [path]
+    raise FileNotFoundError(f"{path}: no such tune file or directory")
+
+
+def default_paths() -> list[Path]:
+    """``$CODA_TUNED`` (a file or a directory of *.json), else ``./tuned/*.json`` if any."""
+    env = os.environ.get(ENV)
+    if env:
+        return _files(Path(env))
+    here = Path(DEFAULT_DIR)
+    return sorted(here.glob("*.json")) if here.is_dir() else []
+
+
+def load_table(tuned=None) -> TuneTable:
+    """``tuned``: None (the default search path), a file or directory path, a tune file's data
+    (a dict), a :class:`TuneTable`, or False (no table)."""
+    if isinstance(tuned, TuneTable):
+        return tuned
+    if tuned is False:
+        return TuneTable()
+    if isinstance(tuned, dict):
+        return TuneTable(((INLINE, validate(tuned, INLINE)),))
+    paths = default_paths() if tuned is None else _files(Path(tuned))
+    return TuneTable(tuple((str(p), read_file(p)) for p in paths))
+
+
+# -- measuring (GPU side; imports torch and bench inside functions) -----------------------------
+
+
+@dataclass(frozen=True)
+class KernelTune:
+    """One kernel step tuned at one shape. ``names``: its variants (config texts), fallback
+    first; ``ms``: median of each variant timed; ``failed``: variant -> why it could not run."""
+
+    build: str  # the build directory's name, <name>-<hash>
+    spec: str
+    kernel: str
+    sizes: dict  # every dim of the shape
+    static: dict  # the static dims (the entry's "dims")
+    m: int  # the dynamic dim (the entry's "m_max")
+    names: tuple
+    ms: dict
+    failed: dict = field(default_factory=dict)
+
+    @property
+    def winner(self) -> str | None:
+        return min(self.ms, key=lambda n: (self.ms[n], self.names.index(n))) if self.ms else None
+
+    @property
+    def speedup(self) -> float | None:
+        """The fallback's median over the winner's (None when the fallback did not run)."""
+        base = self.ms.get(self.names[0])
+        return base / self.ms[self.winner] if base and self.winner else None
+
+    def entry(self) -> dict:
+        w = self.winner
+        return {
+            "dims": dict(self.static),
+            "m_max": self.m,
+            "config": w,
+            "ms": self.ms[w],
+            "candidates": {n: self.ms.get(n) for n in self.names},
+        }
+
+
+@dataclass(frozen=True)
+class TuneRun:
+    gpu: str
+    driver: str
+    date: str
+    command: str
+    rounds: int
+    results: tuple = ()  # KernelTune
+    configs: dict = field(default_factory=dict)  # build -> its candidate configs (texts)
+    notes: tuple = ()
+
+
+def variant_steps(chain) -> list[dict]:
+    """The kernel steps of a chain (forward, then backward) with more than one variant."""
+    m = chain.manifest
+    return [
+        s
+        for s in list(m["steps"]) + list(m.get("backward_steps", []))
+        if s["kind"] == "kernel" and len(chain.variant_names(s["name"])) > 1
+    ]
+
+
+def tune_shape(chain, checked, sizes: dict, opts, clock, progress) -> list[KernelTune]:
+    """Every multi-variant kernel of one chain at one shape, each timed alone per variant.
+    ``opts``: ``coda_spec.bench.driver.Options`` (seed, rounds, warmup, device are used)."""
+    import time
+
+    from coda_spec.bench.driver import at_dims
+    from coda_spec.bench.timing import time_interleaved
+    from coda_spec.inputs import make_grads, make_inputs
+
+    build = chain.directory.name
+    chain, checked = at_dims(chain, checked, sizes)
+    steps = variant_steps(chain)
+    if not steps:
+        return []
+    m = chain.manifest
+    low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
+    inputs = {k: low[k] for k in chain.required_inputs}
+    grads = None
+    if m.get("backward_steps") and m.get("grads_in"):
+        grads, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, opts.device)
+    env = chain.run(inputs, grads=grads)  # every tensor a kernel reads, backward ones included
+    clock.resolve([])  # waits for the device
+    declared = checked.spec.dim_sizes()
+    static = {k: v for k, v in sizes.items() if declared.get(k) is not None}
+    dynamic = [d.name for d in checked.spec.dims if d.size is None]
+    out = []
+    for s in steps:
+        if not chain.launches(s, sizes):  # an empty GEMM: no kernel runs, nothing to pick
+            continue
+        names = tuple(chain.variant_names(s["name"]))
+        cands = {
+            n: chain.with_variants({s["name"]: i}).steps_fn(env, sizes, [s])
+            for i, n in enumerate(names)
+        }
+        t0 = time.perf_counter()
+        stats, failed, _ = time_interleaved(
+            cands,
+            clock,
+            opts.rounds,
+            opts.warmup,
+            progress=lambda msg, k=s["name"], t0=t0: progress(
+                f"{k}: {msg} ({time.perf_counter() - t0:.1f} s)"
+            ),
+        )
+        out.append(
+            KernelTune(
+                build=build,
+                spec=checked.spec.name,
+                kernel=s["name"],
+                sizes=dict(sizes),
+                static=static,
+                m=int(sizes[dynamic[0]]) if dynamic else 0,
+                names=names,
+                ms={n: stats[n].median_ms for n in names if n in stats},
+                failed=dict(failed),
+            )
+        )
+    return out
+
+
+def run_tune(targets: list, opts, command: str, progress=None, clock=None, device=None):
+    """``targets``: (build directory, loaded chain) pairs. ``clock``/``device`` ((gpu name,
+    driver)): seams for tests; by default a ``CudaClock`` and this GPU (needs CUDA)."""
+    from coda_spec.bench.driver import plan
+
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    jobs = plan(targets, opts)
+    if clock is None or device is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ToolError("coda tune needs a CUDA GPU (torch.cuda.is_available() is False)")
+        from coda_spec.bench.driver import device_info
+        from coda_spec.bench.timing import CudaClock
+
+        clock = clock or CudaClock()
+        if device is None:
+            info = device_info(0.0, 0.0)
+            device = (info.name, info.driver)
+    gpu, driver = device
+    say(f"tuning on {gpu} (driver {driver or '?'}): {len(jobs)} shape(s), {opts.rounds} rounds")
+    results, notes, configs = [], [], {}
+    for i, (chain, checked, sizes) in enumerate(jobs, 1):
+        configs[chain.directory.name] = _configs(chain)
+        label = f"[{i}/{len(jobs)}] {chain.directory.name} " + " ".join(
+            f"{k}={v}" for k, v in sizes.items()
+        )
+        say(label)
+        try:
+            got = tune_shape(chain, checked, sizes, opts, clock, lambda msg: say(f"  {msg}"))
+        except (ToolError, RuntimeError, ValueError) as e:
+            msg = f"{label}: skipped: {type(e).__name__}: {str(e).splitlines()[0]}"
+            say(msg)
+            notes.append(msg)
+            continue
+        if not got:
+            say("  no kernel with more than one variant: nothing to tune")
+        for r in got:
+            say(f"  {r.kernel}: {r.winner or 'every variant failed'}")
+        results += got
+        _empty_cache()
+    return TuneRun(
+        gpu=gpu,
+        driver=driver,
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        command=command,
+        rounds=opts.rounds,
+        results=tuple(results),
+        configs=configs,
+        notes=tuple(notes),
+    )
+
+
+def _configs(chain) -> list[str]:
+    m = chain.manifest
+    return [config_text(c) for c in m.get("configs") or [m["config"]]]
+
+
+def _empty_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def merge(data: dict | None, run: TuneRun) -> dict:
+    """``data`` (a tune file's, or None) with ``run``'s winners merged in: per build, an entry
+    at the same kernel, dims and m_max is replaced, others are kept; other builds are kept. A
+    build entry measured on another GPU is replaced whole (entries of two GPUs never mix)."""
+    out = validate(data) if data is not None else {"format": FORMAT, "builds": {}}
+    builds = dict(out["builds"])
+    for r in run.results:
+        if r.winner is None:
+            continue
+        b = builds.get(r.build)
+        if b is None or b.get("gpu") != run.gpu:
+            b = {"spec": r.spec, "kernels": {}}
+        kernels = dict(b["kernels"])
+        rows = [
+            x
+            for x in kernels.get(r.kernel, [])
+            if not (x["dims"] == r.static and x["m_max"] == r.m)
+        ]
+        rows.append(r.entry())
+        kernels[r.kernel] = sorted(rows, key=lambda x: (sorted(x["dims"].items()), x["m_max"]))
+        builds[r.build] = dict(
+            b,
+            spec=r.spec,
+            gpu=run.gpu,
+            driver=run.driver,
+            date=run.date,
+            command=run.command,
+            kernels=kernels,
+        )
+    return {**out, "format": FORMAT, "builds": builds}
+
+
+def write_file(path, data: dict) -> None:
+    """Write a tune file atomically, creating its parent directories."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(validate(data, path), indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def gpu_slug(name: str) -> str:
+    """``NVIDIA H200`` -> ``h200``: the default file name under tuned/."""
+    text = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I).lower()
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "gpu"
+
+
+def default_out(gpu: str) -> Path:
+    return Path(DEFAULT_DIR) / f"{gpu_slug(gpu)}.json"
+
+
+# -- the table shown ----------------------------------------------------------------------------
+
+
+def _shape(sizes: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def render_table(run: TuneRun) -> str:
+    """Per build: a legend v0.. = its candidate configs (v0 the fallback), then one row per
+    kernel and shape with each variant's median ms, the winner and its speedup over v0."""
+    lines = [f"coda tune on {run.gpu} ({run.date}): median ms of {run.rounds} rounds"]
+    by_build: dict = {}
+    for r in run.results:
+        by_build.setdefault(r.build, []).append(r)
+    for build, rows in by_build.items():
+        configs = list(run.configs.get(build) or [])
+        for r in rows:
+            configs += [n for n in r.names if n not in configs]
+        tag = {c: f"v{i}" for i, c in enumerate(configs)}
+        lines.append(f"{build}")
+        lines += [
+            f"  {tag[c]:<4}{c}{'  (fallback)' if i == 0 else ''}" for i, c in enumerate(configs)
+        ]
+        kw = max(len("kernel"), *(len(r.kernel) for r in rows))
+        sw = max(len("shape"), *(len(_shape(r.sizes)) for r in rows))
+        head = f"  {'kernel':<{kw}}  {'shape':<{sw}}" + "".join(f"  {tag[c]:>8}" for c in configs)
+        lines.append(head + "  winner  speedup")
+        for r in rows:
+            cells = []
+            for c in configs:
+                if c in r.ms:
+                    cells.append(f"{r.ms[c]:>8.4f}")
+                elif c in r.failed:
+                    cells.append(f"{'failed':>8}")
+                else:
+                    cells.append(f"{'-':>8}")
+            win = tag[r.winner] if r.winner else "-"
+            speed = f"{r.speedup:.2f}x" if r.speedup else "-"
+            lines.append(
+                f"  {r.kernel:<{kw}}  {_shape(r.sizes):<{sw}}"
+                + "".join(f"  {c}" for c in cells)
+                + f"  {win:<6}  {speed:>7}"
+            )
+        for r in rows:
+            for n, why in r.failed.items():
+                lines.append(f"  note: {r.kernel} {tag[n]} ({n}) failed: {why}")
+    if not run.results:
+        lines.append("  nothing tuned (no kernel with more than one variant at these shapes)")
+    for n in run.notes:
+        lines.append(f"  note: {n}")
+    return "\n".join(lines)
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Args:
+    targets: tuple
+    ms: tuple = ()
+    dims: dict = field(default_factory=dict)
+    widths: tuple = ()
+    rounds: int = 20
+    warmup: int = 2
+    seed: int = 0
+    out: Path | None = None  # default: tuned/<gpu-slug>.json
+    builds: Path = Path("build")
+
+
+def _echo(text: str, err: bool = False) -> None:
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def main(args: Args, load_chain, has_gpu, run=None) -> int:
+    """Run ``coda tune``; returns the exit status. ``load_chain``/``has_gpu``: the CLI's seams;
+    ``run``: :func:`run_tune` (tests substitute one with a fake clock and device)."""
+    from coda_spec.bench.driver import Options
+    from coda_spec.verify import resolve
+
+    if not has_gpu():
+        _echo(
+            "error: coda tune times kernel variants on a CUDA GPU; none here (run it where the "
+            "kernels deploy; the tune file it writes can be checked in and used anywhere)",
+            err=True,
+        )
+        return EXIT_NO_GPU
+    opts = Options(
+        ms=args.ms or (16384,),
+        dims=args.dims,
+        widths=args.widths,
+        baselines=(),
+        rounds=args.rounds,
+        warmup=args.warmup,
+        seed=args.seed,
+        kernels=False,
+    )
+    targets = []
+    for t in args.targets:
+        directory = resolve(t, args.builds, command="tune")
+        targets.append((directory, load_chain(directory)))
+    command = "coda tune " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    result = (run or run_tune)(targets, opts, command)
+    _echo(render_table(result))
+    if not result.results:
+        if result.notes:
+            return EXIT_TOOL_FAILURE  # every shape failed
+        _echo("nothing to write: no kernel has more than one variant", err=True)
+        return EXIT_OK
+    if not any(r.winner for r in result.results):
+        _echo("nothing to write: every variant failed", err=True)
+        return EXIT_TOOL_FAILURE
+    out = args.out or default_out(result.gpu)
+    data = read_file(out) if out.is_file() else None
+    write_file(out, merge(data, result))
+    _echo(f"wrote {out}", err=True)
+    return EXIT_OK

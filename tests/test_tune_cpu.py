@@ -1,0 +1,591 @@
+"""Kernel variants and ``coda tune`` without a GPU (CI): the runtime's pick, the tune file, the
+tune loop, and verify over every variant.
+
+No compile, no GPU. A format-4 build is a shrunk spec plus ``tests.test_verify_cpu.fake_manifest``
+(whose kernel steps carry one variant) with more variants added by :func:`add_variants`: the spec
+lowered again at another ``BuildConfig`` gives that config's fields (its partial-buffer shapes),
+the symbol gets the config's tag, as ``coda build --config A;B`` writes them. What a launch would
+receive is caught by patching ``Chain._fn`` to a recorder (and the SM count to 132); the device
+check is patched to the CPU, as in tests/test_runtime_cpu.py. The tune loop runs on the real
+runtime with a scripted clock (as tests/test_bench_cpu.py drives bench): each kernel launch
+announces its variant to the clock and takes the runtime's no-launch path, so the scripted
+samples decide the winner.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import asdict, replace
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from coda_spec import artifact, cli, runtime
+from coda_spec import tune as T
+from coda_spec import verify as V
+from coda_spec.bench.driver import Options
+from coda_spec.config import BuildConfig, config_tag, config_text
+from coda_spec.errors import SpecError
+from coda_spec.frontend import check_source, with_dims
+from coda_spec.lower import module as lower_module
+from coda_spec.runtime import Chain
+from coda_spec.source import parse_text
+from tests.conftest import ROOT
+from tests.test_bench_cpu import FakeClock
+from tests.test_runtime_cpu import _inputs, _shrunk, make_build
+from tests.test_verify_cpu import FakeChain, fake_manifest
+
+V0 = config_text(BuildConfig().key())  # 128x256,cluster=2x1,cooperative: the fallback
+PP = BuildConfig(tile_n=128, pingpong=True)  # 128x128,cluster=2x1,pingpong
+C1 = BuildConfig(tile_n=128, cluster_m=1)  # 128x128,cluster=1x1,cooperative
+V1, V2 = config_text(PP.key()), config_text(C1.key())
+STATIC = {"D": 512, "F": 512}  # rmsnorm_chain as make_build shrinks it
+GPU = "NVIDIA H200"
+SMS = 132
+
+
+def _majors(step) -> dict:
+    """The operand majors the runtime's views have (fake_manifest's are placeholders)."""
+    (_, a_tr), (_, b_tr) = step["a"], step["b"]
+    return {"A": "col" if a_tr else "row", "B": "row" if b_tr else "col"}
+
+
+def add_variants(manifest: dict, checked, *configs) -> dict:
+    """``manifest`` (format 4, one variant per kernel) with a variant per extra config: fields
+    lowered at that config, a tagged symbol; every variant gets the operands' real majors."""
+    kernels = [s for s in manifest["steps"] + manifest["backward_steps"] if s["kind"] == "kernel"]
+    for s in kernels:
+        s["majors"] = _majors(s)
+        s["variants"][0]["majors"] = _majors(s)
+    for cfg in configs:
+        lowered = {k.step: k for k in lower_module.lower_spec(checked, cfg).kernels}
+        manifest["configs"].append(cfg.key())
+        for s in kernels:
+            base = s["variants"][0]
+            s["variants"].append(
+                dict(
+                    base,
+                    config=cfg.key(),
+                    symbol=f"{base['symbol']}__{config_tag(cfg.key())}",
+                    fields=[asdict(f) for f in lowered[s["name"]].fields],
+                )
+            )
+    return manifest
+
+
+def variant_build(tmp_path, name="rmsnorm_chain", configs=(PP, C1)):
+    d, checked = make_build(tmp_path, name)
+    m = add_variants(artifact.read_manifest(d), checked, *configs)
+    artifact.write_manifest(d, m)
+    return d, checked
+
+
+def as_format3(manifest: dict) -> dict:
+    manifest["format"] = 3
+    manifest.pop("configs", None)
+    for s in manifest["steps"] + manifest["backward_steps"]:
+        s.pop("variants", None)
+    return manifest
+
+
+def table(build: str, kernels: dict, gpu: str = GPU) -> dict:
+    """A tune file's data: ``kernels`` = {step: [(dims, m_max, config text), ...]}."""
+    rows = {
+        step: [{"dims": dims, "m_max": m, "config": c, "ms": 1.0} for dims, m, c in entries]
+        for step, entries in kernels.items()
+    }
+    return {"format": 1, "builds": {build: {"spec": "x", "gpu": gpu, "kernels": rows}}}
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """The device check accepts CPU tensors and the device is called NVIDIA H200."""
+    monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(runtime, "_device_name", lambda device: GPU)
+    monkeypatch.delenv(T.ENV, raising=False)
+
+
+@pytest.fixture
+def launches(monkeypatch, cpu):
+    """Every launch is recorded: (symbol, epilogue argument shapes, max_active_clusters)."""
+    calls = []
+
+    def fn_for(self, symbol):
+        def launch(a, b, d, c, epi, sched, *rest):
+            shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in epi]
+            calls.append((symbol, shapes, sched[0]))
+
+        return launch
+
+    monkeypatch.setattr(Chain, "_fn", fn_for)
+    monkeypatch.setattr(Chain, "_sm_count", lambda self, dev: SMS)
+    return calls
+
+
+# -- variants as the runtime reads them --------------------------------------------------------
+
+
+def test_variant_names_fallback_first(tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    chain = runtime.load(d, tuned=False)
+    assert chain.manifest["format"] == 4
+    assert chain.variant_names("out_proj") == [V0, V1, V2]
+    assert chain.selected_variants({"M": 64}) == {"out_proj": V0, "up_proj": V0}
+    forced = chain.with_variants({"out_proj": 2, "up_proj": V1})
+    assert forced.selected_variants({"M": 64}) == {"out_proj": V2, "up_proj": V1}
+    assert chain.selected_variants({"M": 64})["out_proj"] == V0  # the original is unchanged
+
+
+@pytest.mark.parametrize(
+    "choice, message",
+    [({"finalize_r": 0}, "no kernel step 'finalize_r'"), ({"out_proj": 3}, "has 3 variant")],
+    ids=["not-a-kernel", "no-such-index"],
+)
+def test_with_variants_refuses_what_the_build_lacks(choice, message, tmp_path):
+    d, _ = variant_build(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        runtime.load(d, tuned=False).with_variants(choice)
+
+
+def test_with_variants_refuses_an_unknown_name(tmp_path):
+    d, _ = variant_build(tmp_path)
+    with pytest.raises(ValueError, match=r"no variant '256x128.*it has 128x256"):
+        runtime.load(d, tuned=False).with_variants({"out_proj": "256x128,cluster=2x1,x"})
+
+
+# -- the pick from a tune table ----------------------------------------------------------------
+
+TWO_BUCKETS = [(STATIC, 1024, V1), (STATIC, 8192, V2)]
+PICKS = [  # (id, out_proj's entries, M, the variant out_proj runs)
+    ("bucket-below", TWO_BUCKETS, 64, V1),
+    ("bucket-at-m_max", TWO_BUCKETS, 1024, V1),
+    ("bucket-next", TWO_BUCKETS, 1025, V2),
+    ("above-every-m_max", TWO_BUCKETS, 100000, V2),
+    ("other-static-dims", [({"D": 1024, "F": 512}, 1024, V1)], 64, V0),
+    ("config-not-built", [(STATIC, 1024, "256x128,cluster=2x1,cooperative")], 64, V0),
+    ("unbuilt-bucket-skipped", [(STATIC, 1024, "256x128"), (STATIC, 8192, V2)], 64, V2),
+    ("no-entry", [], 64, V0),
+]
+
+
+@pytest.mark.parametrize("entries, m, want", [p[1:] for p in PICKS], ids=[p[0] for p in PICKS])
+def test_pick_from_the_tune_table(entries, m, want, tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    data = table(d.name, {"out_proj": entries} if entries else {})
+    chain = runtime.load(d, tuned=data)
+    assert chain.selected_variants({"M": m}) == {"out_proj": want, "up_proj": V0}
+
+
+def test_entries_of_another_build_are_not_used(tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    chain = runtime.load(d, tuned=table("rmsnorm_chain-111111111111", {"out_proj": TWO_BUCKETS}))
+    assert chain.selected_variants({"M": 64})["out_proj"] == V0
+
+
+def test_a_latest_link_reads_the_builds_own_entries(tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    latest = tmp_path / "rmsnorm_chain-latest"
+    latest.symlink_to(d.name)
+    chain = runtime.load(latest, tuned=table(d.name, {"out_proj": TWO_BUCKETS}))
+    assert chain.directory.name == d.name
+    assert chain.selected_variants({"M": 64})["out_proj"] == V1
+
+
+def test_a_forced_variant_beats_the_table(tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    chain = runtime.load(d, tuned=table(d.name, {"out_proj": TWO_BUCKETS}))
+    assert chain.with_variants({"out_proj": 0}).selected_variants({"M": 64})["out_proj"] == V0
+
+
+def test_another_gpus_file_warns_and_is_not_used(tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps(table(d.name, {"out_proj": TWO_BUCKETS}, gpu="NVIDIA H100")))
+    chain = runtime.load(d, tuned=path)
+    with pytest.warns(UserWarning, match=r"h100\.json were measured on NVIDIA H100.*NVIDIA H200"):
+        assert chain.selected_variants({"M": 64})["out_proj"] == V0
+
+
+def test_files_of_two_gpus_the_matching_one_is_used(tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    other = table(d.name, {"out_proj": [(STATIC, 1024, V2)]}, gpu="NVIDIA H100")
+    (tuned / "h100.json").write_text(json.dumps(other))
+    (tuned / "h200.json").write_text(json.dumps(table(d.name, {"out_proj": TWO_BUCKETS})))
+    chain = runtime.load(d, tuned=tuned)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert chain.selected_variants({"M": 64})["out_proj"] == V1
+
+
+def test_default_search_path(tmp_path, cpu, monkeypatch):
+    """./tuned/*.json under the current directory; $CODA_TUNED instead when set; tuned=False:
+    none."""
+    d, _ = variant_build(tmp_path)
+    work = tmp_path / "work"
+    (work / "tuned").mkdir(parents=True)
+    (work / "tuned" / "h200.json").write_text(json.dumps(table(d.name, {"out_proj": TWO_BUCKETS})))
+    elsewhere = tmp_path / "ci.json"
+    elsewhere.write_text(json.dumps(table(d.name, {"out_proj": [(STATIC, 64, V2)]})))
+    monkeypatch.chdir(work)
+    assert runtime.load(d).selected_variants({"M": 64})["out_proj"] == V1
+    assert runtime.load(d, tuned=False).selected_variants({"M": 64})["out_proj"] == V0
+    monkeypatch.setenv(T.ENV, str(elsewhere))
+    assert runtime.load(d).selected_variants({"M": 64})["out_proj"] == V2
+    monkeypatch.setenv(T.ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        runtime.load(d)
+
+
+MALFORMED = [  # (id, file text, what the message says)
+    ("not-json", "{", "invalid JSON"),
+    ("format", json.dumps({"format": 2, "builds": {}}), "format is 2"),
+    ("no-gpu", json.dumps({"format": 1, "builds": {"b": {"kernels": {}}}}), "gpu must name"),
+    ("m_max", json.dumps(table("b", {"k": [(STATIC, -1, V1)]})), "m_max must be"),
+    ("dims", json.dumps(table("b", {"k": [({"D": "4k"}, 1, V1)]})), "dims must map"),
+    ("config", json.dumps(table("b", {"k": [(STATIC, 1, "fast")]})), "unknown config item"),
+]
+
+
+@pytest.mark.parametrize("text, why", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
+def test_malformed_tune_file_names_its_path(text, why, tmp_path):
+    d, _ = variant_build(tmp_path)
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"{path}: not a coda tune file.*{why}"):
+        runtime.load(d, tuned=path)
+
+
+# -- what reaches the launch -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "choice, symbol, ss, clusters",
+    [
+        (None, "coda_out_proj", (64, 2), SMS // 2),
+        ({"out_proj": V1}, "coda_out_proj__128x128_c2x1_pp", (64, 4), SMS // 2),
+        ({"out_proj": V2}, "coda_out_proj__128x128_c1x1_coop", (64, 4), SMS),
+    ],
+    ids=["fallback", "pingpong-2x1", "cooperative-1x1"],
+)
+def test_the_chosen_variant_reaches_the_launch(choice, symbol, ss, clusters, tmp_path, launches):
+    """Symbol, partial-buffer shape (ss: M x D/tile_n N-tiles) and max_active_clusters follow
+    the variant; the finalize step folds whatever width the variant wrote."""
+    d, checked = variant_build(tmp_path)
+    chain = runtime.load(d, tuned=False)
+    chain = chain.with_variants(choice) if choice else chain
+    _, low = _inputs(checked, 64)
+    env = chain.run(dict(low))
+    (out_proj, up_proj) = launches
+    assert out_proj[0] == symbol and out_proj[2] == clusters
+    assert ss in out_proj[1] and tuple(env["ss"].shape) == ss
+    assert tuple(env["r"].shape) == (64,)
+    assert up_proj[0] == "coda_up_proj" and up_proj[2] == SMS // 2
+
+
+def test_the_tuned_variant_reaches_the_launch(tmp_path, launches):
+    d, checked = variant_build(tmp_path)
+    data = table(d.name, {"out_proj": TWO_BUCKETS, "up_proj": [(STATIC, 64, V2)]})
+    chain = runtime.load(d, tuned=data)
+    for m in (64, 2048):
+        _, low = _inputs(checked, m)
+        chain.run(dict(low))
+    assert [(s, c) for s, _, c in launches] == [
+        ("coda_out_proj__128x128_c2x1_pp", SMS // 2),  # M = 64 <= 1024
+        ("coda_up_proj__128x128_c1x1_coop", SMS),
+        ("coda_out_proj__128x128_c1x1_coop", SMS),  # M = 2048: the 8192 bucket
+        ("coda_up_proj__128x128_c1x1_coop", SMS),  # only m_max 64: the largest
+    ]
+
+
+def test_format3_manifest_loads_and_runs(tmp_path, launches):
+    """A format-3 build (no variants) is one variant at its config; a table entry naming
+    another config is ignored."""
+
+    def edit(m):
+        for s in m["steps"]:  # the operands' real majors (fake_manifest's are placeholders)
+            if s["kind"] == "kernel":
+                s["majors"] = _majors(s)
+        as_format3(m)
+
+    d, checked = make_build(tmp_path, "rmsnorm_chain", edit)
+    chain = runtime.load(d, tuned=table(d.name, {"out_proj": [(STATIC, 1024, V1)]}))
+    assert chain.manifest["format"] == 3 and chain.variant_names("out_proj") == [V0]
+    assert "variants" not in chain.manifest["steps"][0]
+    _, low = _inputs(checked, 64)
+    chain.run(dict(low))
+    assert [(s, c) for s, _, c in launches] == [("coda_out_proj", 66), ("coda_up_proj", 66)]
+    assert (64, 2) in launches[0][1]
+
+
+# -- the tune loop (fake clock) and the tune file ----------------------------------------------
+
+
+class VariantClock(FakeClock):
+    """Samples scripted per (kernel, variant): ``script["out_proj", V1] = [ms, ...]``."""
+
+
+@pytest.fixture
+def announced(monkeypatch, cpu):
+    """Each kernel launch tells the clock which variant runs, then takes the no-launch path."""
+    clock = VariantClock()
+
+    def kernel(self, step, env, sizes, partials):
+        clock.calling((step["name"], runtime.variant_name(self._variant(step, sizes))))
+        self._no_launch(step, env, sizes, partials)
+
+    monkeypatch.setattr(Chain, "_kernel", kernel)
+    return clock
+
+
+def _tune(d, clock, ms=(64,), rounds=3):
+    chain = runtime.load(d, tuned=False)
+    opts = Options(ms=ms, baselines=(), rounds=rounds, warmup=1, device="cpu", kernels=False)
+    said = []
+    run = T.run_tune([(d, chain)], opts, "coda tune x", said.append, clock, (GPU, "999.1"))
+    return run, said
+
+
+def test_tune_picks_the_fastest_median(tmp_path, announced):
+    d, _ = variant_build(tmp_path)
+    announced.script = {
+        ("out_proj", V0): [3.0, 3.0, 9.0],
+        ("out_proj", V1): [1.0, 9.0, 1.0],  # median 1: the winner despite one slow sample
+        ("out_proj", V2): [2.0, 2.0, 2.0],
+        ("up_proj", V0): [1.0, 1.0, 1.0],  # the fallback wins a tie (first in order)
+        ("up_proj", V1): [4.0, 4.0, 4.0],
+        ("up_proj", V2): [1.0, 1.0, 1.0],
+    }
+    run, said = _tune(d, announced)
+    assert run.gpu == GPU and run.notes == ()
+    got = {r.kernel: (r.winner, r.ms, r.speedup) for r in run.results}
+    assert got["out_proj"] == (V1, {V0: 3.0, V1: 1.0, V2: 2.0}, 3.0)
+    assert got["up_proj"][0] == V0 and got["up_proj"][2] == 1.0
+    timed = [c for c in announced.calls if c[0] == "out_proj"]
+    assert {v for _, v in timed} == {V0, V1, V2}  # every variant of the kernel ran
+    assert any("out_proj: " + V1 in s for s in said)
+    text = T.render_table(run)
+    assert f"v1  {V1}" in text and "3.00x" in text
+    (row,) = [line for line in text.splitlines() if line.strip().startswith("out_proj")]
+    assert row.split()[-2:] == ["v1", "3.00x"]
+
+
+def test_kernels_with_one_variant_are_not_timed(tmp_path, announced):
+    d, _ = make_build(tmp_path, "rmsnorm_chain")  # format 4, one variant each
+    run, said = _tune(d, announced)
+    assert run.results == ()
+    assert "nothing to tune" in " ".join(said)
+    assert "nothing tuned" in T.render_table(run)
+
+
+def test_tune_file_is_merged(tmp_path, announced):
+    """A new run replaces the entry at the same kernel, dims and M, keeps the other Ms and the
+    other builds, and the runtime then picks from the file."""
+    d, checked = variant_build(tmp_path)
+    announced.script = {("out_proj", V2): [0.5] * 6, ("up_proj", V1): [0.5] * 6}
+    out = tmp_path / "tuned" / "h200.json"
+    old = table(d.name, {"out_proj": [(STATIC, 64, V1), (STATIC, 8192, V1)]})
+    old["builds"]["f8_scale-222222222222"] = table("x", {"k": [({}, 1, V0)]})["builds"]["x"]
+    out.parent.mkdir()
+    out.write_text(json.dumps(old))
+    run, _ = _tune(d, announced, ms=(64, 2048), rounds=3)
+    T.write_file(out, T.merge(T.read_file(out), run))
+    data = json.loads(out.read_text())
+    assert set(data["builds"]) == {d.name, "f8_scale-222222222222"}
+    b = data["builds"][d.name]
+    assert b["gpu"] == GPU and b["driver"] == "999.1" and b["command"] == "coda tune x"
+    assert b["spec"] == "rmsnorm_chain"
+    assert [(e["m_max"], e["config"]) for e in b["kernels"]["out_proj"]] == [
+        (64, V2),
+        (2048, V2),
+        (8192, V1),
+    ]
+    assert b["kernels"]["up_proj"][0]["candidates"] == {V0: 1.0, V1: 0.5, V2: 1.0}
+    assert b["kernels"]["up_proj"][0]["dims"] == STATIC
+    chain = runtime.load(d, tuned=out)
+    assert chain.selected_variants({"M": 4096}) == {"out_proj": V1, "up_proj": V1}
+
+
+def test_a_file_of_another_gpu_is_replaced_not_mixed(tmp_path, announced):
+    d, _ = variant_build(tmp_path)
+    old = table(d.name, {"out_proj": [(STATIC, 8192, V1)]}, gpu="NVIDIA H100")
+    run, _ = _tune(d, announced)
+    merged = T.merge(old, run)
+    b = merged["builds"][d.name]
+    assert b["gpu"] == GPU and [e["m_max"] for e in b["kernels"]["out_proj"]] == [64]
+
+
+def test_gpu_slug():
+    assert T.gpu_slug("NVIDIA H200") == "h200"
+    assert T.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert str(T.default_out("NVIDIA H200")) == "tuned/h200.json"
+
+
+def _cli(args):
+    return CliRunner().invoke(cli.main, ["tune", *args])
+
+
+def test_tune_without_gpu_exits_4(monkeypatch):
+    monkeypatch.setattr(cli, "_has_gpu", lambda: False)
+    res = _cli([str(ROOT / "specs" / "f8_scale.yaml")])
+    assert res.exit_code == 4, res.output
+    assert "coda tune times kernel variants on a CUDA GPU; none here" in res.output
+
+
+def test_tune_command_writes_the_file(tmp_path, announced, monkeypatch):
+    """Through the CLI (a GPU pretended, the fake clock behind run_tune): the table is printed
+    and the file written where --out says, its parent made."""
+    d, _ = variant_build(tmp_path)
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    real = T.run_tune
+
+    def run_tune(targets, opts, command):
+        opts = replace(opts, device="cpu")  # inputs drawn on the CPU
+        return real(targets, opts, command, lambda msg: None, announced, (GPU, "999.1"))
+
+    monkeypatch.setattr(T, "run_tune", run_tune)
+    out = tmp_path / "new" / "dir" / "t.json"
+    res = _cli([str(d), "--m", "64", "--rounds", "2", "--warmup", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "winner  speedup" in res.output and f"wrote {out}" in res.output
+    assert set(json.loads(out.read_text())["builds"][d.name]["kernels"]) == {"out_proj", "up_proj"}
+
+
+@pytest.mark.parametrize(
+    "argv, msg", [(["--m", "16k", "x"], "--m '16k'"), (["x", "--dims", "D"], "NAME=INT")]
+)
+def test_tune_bad_arguments_exit_2(argv, msg, monkeypatch):
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    res = _cli(argv)
+    assert res.exit_code == 2 and msg in res.output, res.output
+
+
+# -- verify over every variant -----------------------------------------------------------------
+
+
+class VariantFake(FakeChain):
+    """FakeChain with the runtime's variant choice: ``with_variants`` goes through a real
+    ``Chain`` (so verify's choice must be one the runtime accepts) and the fake then writes the
+    partial buffers at the chosen variants' shapes. ``log``: (dims, {step: variant}) per run."""
+
+    forced: dict = {}
+
+    def with_manifest(self, manifest):
+        other = type(self)(self._checked, self.directory, self.fault, manifest)
+        other.log, other.forced = self.log, dict(self.forced)
+        return other
+
+    def with_variants(self, choice):
+        real = Chain(self.directory, self.manifest, tuned=False).with_variants(choice)
+        m = json.loads(json.dumps(self.manifest))
+        names = {}
+        for s in m["steps"] + m["backward_steps"]:
+            if s["kind"] == "kernel":
+                v = real._variant(s, {})
+                s["fields"], names[s["name"]] = v["fields"], runtime.variant_name(v)
+        other = self.with_manifest(m)
+        other.forced = names
+        return other
+
+    def run(self, inputs, poison=False):
+        out = super().run(inputs, poison)
+        self.log[-1] = (self.log[-1][0], self.forced)
+        return out
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    """verify's shape cases at small M (CPU), and no CPU algebra proof (not under test)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(V, "REAL_M", 128)
+    monkeypatch.setattr(V, "RAGGED_M", 100)
+    monkeypatch.setattr(V, "SMALL_M", 8)
+    monkeypatch.setattr(V, "math_proof", lambda *a, **k: ())
+
+
+def _variant_checked(dims):
+    path = ROOT / "specs" / "rmsnorm_chain.yaml"
+    return check_source(parse_text("specs/rmsnorm_chain.yaml", _shrunk(path, dims)))
+
+
+def test_verify_runs_every_variant_and_labels_it(tmp_path, quick):
+    """Two variants: every case runs once per variant, labelled with its config; partial
+    buffers have that variant's shape; the ragged case is ragged for that variant's tile
+    (D = 384 is off the 256 grid already, on the 128 grid: nudged to 360)."""
+    checked = _variant_checked({"D": 384, "F": 512})
+    fake = VariantFake(
+        checked, tmp_path, manifest=add_variants(fake_manifest(checked), checked, PP)
+    )
+    report = V.verify_chain(fake, seed=3)
+    assert report.passed, V.render_table(report)
+    cases = list(dict.fromkeys(c.case for c in report.checks))
+    assert cases == [f"{c} [{v}]" for v in (V0, V1) for c in ("real", "ragged", "small")]
+    assert [forced for _, forced in fake.log] == [{"out_proj": V0, "up_proj": V0}] * 3 + [
+        {"out_proj": V1, "up_proj": V1}
+    ] * 3
+    ragged = {c.case: c.dims for c in report.checks if c.case.startswith("ragged")}
+    assert ragged[f"ragged [{V0}]"]["D"] == 384 and ragged[f"ragged [{V1}]"]["D"] == 360
+    ss = {c.case: c.shape for c in report.checks if c.output == "ss (partials)"}
+    assert ss[f"real [{V0}]"] == (128, 2) and ss[f"real [{V1}]"] == (128, 3)
+    assert ss[f"ragged [{V1}]"] == (100, 3)  # cdiv(360, 128)
+
+
+def test_verify_of_a_single_variant_build_is_unchanged(tmp_path, quick):
+    checked = _variant_checked({"D": 384, "F": 512})
+    fake = VariantFake(checked, tmp_path)
+    report = V.verify_chain(fake, seed=3)
+    assert [c.case for c in report.checks][:1] == ["real"]
+    assert {c.case for c in report.checks} == {"real", "ragged", "small"}
+    assert all(forced == {} for _, forced in fake.log)  # with_variants never called
+
+
+def test_a_fault_in_one_variant_fails_that_variant(tmp_path, quick):
+    checked = _variant_checked({"D": 256, "F": 256})
+    m = add_variants(fake_manifest(checked), checked, PP)
+
+    class Faulty(VariantFake):
+        def run(self, inputs, poison=False):
+            out = super().run(inputs, poison)
+            if self.forced.get("out_proj") == V1:
+                out["x1"].view(-1)[0] = float("nan")
+            return out
+
+    report = V.verify_chain(Faulty(checked, tmp_path, manifest=m), seed=3, only_small=True)
+    assert [(c.case, c.output) for c in report.checks if not c.passed] == [(f"small [{V1}]", "x1")]
+
+
+def test_ragged_dims_follow_the_tile():
+    checked = _variant_checked({"D": 384, "F": 512})
+    assert V.ragged_dims(checked, tile_n=256) == {"F": 488}  # D = 384 is off this grid already
+    assert V.ragged_dims(checked, tile_n=128) == {"D": 360, "F": 488}
+    cases = dict(V.cases(checked, None, tile_n=128))
+    assert cases["ragged"]["D"] == 360
+
+
+def test_resized_manifest_relowers_each_variant(tmp_path, monkeypatch):
+    """Each variant's fields at the new dims, at its own config; a config that cannot lower
+    there is dropped from the re-sized manifest (the fallback stays)."""
+    checked = _variant_checked({"D": 512, "F": 512})
+    m = add_variants(fake_manifest(checked), checked, PP, C1)
+    fake = FakeChain(checked, tmp_path, manifest=m)
+    case = with_dims(checked, {"D": 256})
+    real = lower_module.lower_spec
+
+    def lower_spec(checked_case, cfg):
+        if cfg.cluster_m == 1:  # C1 "cannot lower" at these dims
+            raise SpecError([])
+        return real(checked_case, cfg)
+
+    monkeypatch.setattr(lower_module, "lower_spec", lower_spec)
+    out = V.resized_manifest(fake, case)
+    step = next(s for s in out["steps"] if s["name"] == "out_proj")
+    shapes = {
+        runtime.variant_name(v): next(f["shape"] for f in v["fields"] if f["tensor"] == "ss")
+        for v in step["variants"]
+    }
+    assert shapes == {V0: ("M", 1), V1: ("M", 2)}
+    assert next(f["shape"] for f in step["fields"] if f["tensor"] == "ss") == ("M", 1)
+    assert len(m["steps"][0]["variants"]) == 3  # the build's own manifest is untouched

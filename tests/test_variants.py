@@ -1,0 +1,125 @@
+"""Config variants at build time (manifest format 4): ``--config`` lists and ``auto``, the
+per-kernel ``supports()`` filter, the compile jobs, and one real two-candidate build.
+
+The compile test needs the ``[build]`` extra (as tests/test_build.py does) and compiles one
+one-kernel spec at two configs (about 15 s on 2 cores); the rest is pure lowering.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from coda_spec import artifact, cli
+from coda_spec.build import BuildOptions, build_spec, lowered_json
+from coda_spec.config import AUTO, BuildConfig, config_tag, config_text, parse_configs
+from coda_spec.errors import SpecError
+from coda_spec.frontend import check_file
+from coda_spec.lower.module import lower_variants
+from coda_spec.lower.quack_adapter import compile_jobs
+from tests.conftest import ROOT
+
+TWO = "128x256,cluster=2x1,cooperative;128x128,cluster=2x1,pingpong"
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (None, ["128x256,cluster=2x1,cooperative"]),
+        ("128x192,cluster=1x1,pingpong", ["128x192,cluster=1x1,pingpong"]),
+        (TWO, TWO.split(";")),
+        ("auto", list(AUTO)),
+    ],
+    ids=["default", "one", "list", "auto"],
+)
+def test_parse_configs(text, want):
+    assert [config_text(c.key()) for c in parse_configs(text)] == want
+
+
+def test_auto_starts_with_the_default():
+    assert parse_configs("auto")[0] == BuildConfig()
+
+
+def test_a_config_listed_twice_is_refused():
+    res = CliRunner().invoke(
+        cli.main, ["build", "specs/f2_deferred_norm.yaml", "--config", "128x256;128x256"]
+    )
+    assert res.exit_code == 2 and "listed twice" in res.output, res.output
+
+
+def test_supports_drops_a_candidate_for_the_kernel_that_refuses_it():
+    """f7_qkv_head_sumsq's per-head reduction needs tile_N to hold whole 128-wide heads."""
+    checked = check_file(ROOT / "specs" / "f7_qkv_head_sumsq.yaml")
+    _, variants, dropped = lower_variants(checked, parse_configs("auto"))
+    kept = [config_text(v.config.key()) for v in variants["qkv_head_sumsq"]]
+    assert kept[0] == AUTO[0] and "128x192,cluster=2x1,pingpong" not in kept
+    assert {config_text(c.key()) for _, c, _ in dropped} == {
+        "128x192,cluster=2x1,pingpong",
+        "128x192,cluster=1x1,pingpong",
+        "128x64,cluster=1x1,pingpong",
+    }
+    assert all("tile_N" in why for _, _, why in dropped)
+
+
+def test_a_fallback_the_kernel_cannot_take_is_an_error():
+    checked = check_file(ROOT / "specs" / "f7_qkv_head_sumsq.yaml")
+    with pytest.raises(SpecError, match="tile_N 192"):
+        lower_variants(checked, parse_configs("128x192,cluster=1x1,pingpong;128x256"))
+
+
+def test_variants_carry_their_own_partial_shapes_and_symbols():
+    checked = check_file(ROOT / "specs" / "b2_dgrad_dswiglu.yaml")
+    lowered, variants, _ = lower_variants(checked, parse_configs(TWO))
+    a, b = variants["dgrad_dswiglu"]
+    assert a.symbol == "coda_dgrad_dswiglu" and a.function == b.function == a.symbol
+    assert b.symbol == "coda_dgrad_dswiglu__" + config_tag(b.config.key())
+    part = {f.name: f.shape for f in a.kernel.fields}["zdz_part"]
+    assert part == ("M", 43)  # cdiv(11008, 256) N-tiles
+    assert {f.name: f.shape for f in b.kernel.fields}["zdz_part"] == ("M", 86)  # tile_N 128
+    jobs = compile_jobs(lowered_json(checked, lowered, parse_configs(TWO), variants))
+    kernel, config = jobs[b.symbol]
+    assert kernel["function"] == a.symbol and config == b.config.key()
+    assert jobs[a.symbol][1] == a.config.key()
+
+
+@pytest.fixture(scope="module")
+def two_variant_build(tmp_path_factory):
+    pytest.importorskip("quack", reason="needs the [build] extra")
+    out = tmp_path_factory.mktemp("variants")
+    configs = parse_configs(TWO)
+    opts = BuildOptions(out=out, config=configs[0], configs=configs)
+    return build_spec(ROOT / "specs" / "f2_deferred_norm.yaml", opts), out
+
+
+def test_a_two_candidate_build_exports_both_variants(two_variant_build):
+    res, _ = two_variant_build
+    m = artifact.read_manifest(res.directory)
+    assert m["format"] == 4 and [config_text(c) for c in m["configs"]] == TWO.split(";")
+    (step,) = m["steps"]
+    names = [v["symbol"] for v in step["variants"]]
+    assert names == ["coda_deferred_norm_proj", "coda_deferred_norm_proj__128x128_c2x1_pp"]
+    assert step["symbol"] == names[0] and step["variants"][0]["config"] == m["config"]
+    assert all(v["spills"] in (0, None) for v in step["variants"])
+    exported = subprocess.run(
+        ["nm", "-D", str(res.directory / m["library"])], capture_output=True, text=True
+    ).stdout
+    assert all(f"__tvm_ffi_{n}" in exported for n in names)
+    assert json.loads((res.directory / "lowered.json").read_text())["variants"]
+
+
+def test_candidate_list_is_part_of_the_content_hash(two_variant_build, tmp_path):
+    res, out = two_variant_build
+    configs = parse_configs(TWO)
+    again = build_spec(
+        ROOT / "specs" / "f2_deferred_norm.yaml",
+        BuildOptions(out=out, config=configs[0], configs=configs, stop_after="lower"),
+    )
+    assert again.cached and again.directory == res.directory
+    one = build_spec(
+        ROOT / "specs" / "f2_deferred_norm.yaml",
+        BuildOptions(out=tmp_path, config=configs[0], stop_after="lower"),
+    )
+    assert one.directory.name != res.directory.name
