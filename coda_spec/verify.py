@@ -145,12 +145,11 @@ def resized_manifest(chain, checked_case) -> dict:
     """The manifest with every shape recomputed at other dims (kernels are shape-symbolic).
 
     Each variant's fields are re-lowered at its own config (its partial-buffer shapes follow its
-    tile); a variant whose config cannot lower at these dims (a primitive's ``supports()``
-    refuses it, SpecError) is left out of the re-sized manifest. The fallback (``config``) must
-    lower, as before."""
+    tile), kernel by kernel: a variant whose config its kernel cannot lower at these dims (a
+    primitive's ``supports()`` refuses it) is left out of the re-sized manifest, other kernels
+    keep theirs. The fallback (``config``) must lower, as before."""
     from coda_spec.config import BuildConfig, config_text
-    from coda_spec.errors import SpecError
-    from coda_spec.lower.module import lower_spec
+    from coda_spec.lower.module import lower_spec, lower_variants
     from coda_spec.runtime import step_variants
 
     m = dict(chain.manifest)
@@ -159,13 +158,12 @@ def resized_manifest(chain, checked_case) -> dict:
     at_config = {config_text(m["config"]): lowered}
 
     def lowered_at(key: dict):
+        """{step: kernel} at config ``key``: every kernel that supports it at these dims (a
+        kernel that refuses it loses only its own variant)."""
         text = config_text(key)
         if text not in at_config:
-            try:
-                kernels = lower_spec(checked_case, BuildConfig(**key)).kernels
-                at_config[text] = {k.step: k for k in kernels}
-            except SpecError:
-                at_config[text] = None
+            _, variants, _ = lower_variants(checked_case, (cfg, BuildConfig(**key)))
+            at_config[text] = {s: vs[-1].kernel for s, vs in variants.items() if len(vs) > 1}
         return at_config[text]
 
     a = checked_case.analysis

@@ -572,14 +572,14 @@ def test_resized_manifest_relowers_each_variant(tmp_path, monkeypatch):
     m = add_variants(fake_manifest(checked), checked, PP, C1)
     fake = FakeChain(checked, tmp_path, manifest=m)
     case = with_dims(checked, {"D": 256})
-    real = lower_module.lower_spec
+    real = lower_module.lower_kernel
 
-    def lower_spec(checked_case, cfg):
+    def lower_kernel(analysis, step, info, lines, file, cfg, prims):
         if cfg.cluster_m == 1:  # C1 "cannot lower" at these dims
             raise SpecError([])
-        return real(checked_case, cfg)
+        return real(analysis, step, info, lines, file, cfg, prims)
 
-    monkeypatch.setattr(lower_module, "lower_spec", lower_spec)
+    monkeypatch.setattr(lower_module, "lower_kernel", lower_kernel)
     out = V.resized_manifest(fake, case)
     step = next(s for s in out["steps"] if s["name"] == "out_proj")
     shapes = {

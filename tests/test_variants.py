@@ -121,3 +121,41 @@ def test_candidate_list_is_part_of_the_content_hash(two_variant_build, tmp_path)
         BuildOptions(out=tmp_path, config=configs[0], stop_after="lower"),
     )
     assert one.directory.name != res.directory.name
+
+
+def test_resizing_keeps_a_variant_of_the_kernels_that_support_it(tmp_path):
+    """A candidate one kernel refuses (a per-head reduction needs 128 | tile_N) stays a variant
+    of the other kernel when verify re-sizes the build to other static dims."""
+    from dataclasses import asdict
+
+    from coda_spec.frontend import with_dims
+    from coda_spec.verify import resized_manifest
+    from tests.test_verify_cpu import FakeChain, fake_manifest
+
+    checked = check_file(ROOT / "tests" / "specs_extra" / "two_kernels_head_sumsq.yaml")
+    configs = parse_configs("128x256,cluster=2x1,cooperative;128x192,cluster=2x1,pingpong")
+    _, variants, _ = lower_variants(checked, configs)
+    m = fake_manifest(checked)
+    for step in m["steps"]:
+        if step["kind"] == "kernel":
+            base = step["variants"][0]
+            step["variants"] = [
+                dict(
+                    base,
+                    config=v.config.key(),
+                    symbol=v.symbol,
+                    fields=[asdict(f) for f in v.kernel.fields],
+                )
+                for v in variants[step["name"]]
+            ]
+    assert [len(s["variants"]) for s in m["steps"] if s["kind"] == "kernel"] == [2, 1]
+    out = resized_manifest(FakeChain(checked, tmp_path, manifest=m), with_dims(checked, {"D": 512}))
+    kept = {
+        s["name"]: [config_text(v["config"]) for v in s["variants"]]
+        for s in out["steps"]
+        if s["kind"] == "kernel"
+    }
+    assert kept == {"proj": list(TWO_192), "qkv_head_sumsq": [TWO_192[0]]}
+
+
+TWO_192 = ("128x256,cluster=2x1,cooperative", "128x192,cluster=2x1,pingpong")

@@ -165,7 +165,8 @@ def lower_variants(checked, configs) -> tuple[LoweredModule, dict, list]:
             try:
                 k = lower_kernel(analysis, step, info, checked.source.lines, spec.file, cfg, prims)
             except SpecError as e:
-                dropped.append((step.name, config, e.diagnostics[0].message))
+                why = e.diagnostics[0].message if e.diagnostics else str(e)
+                dropped.append((step.name, config, why))
                 continue
             b = base[step.name]
             if (k.decorator, k.body, k.params) != (b.decorator, b.body, b.params):
