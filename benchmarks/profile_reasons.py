@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-from coda_spec.bench.driver import Options, _operands, at_dims, shapes
-from coda_spec.inputs import make_grads, make_inputs
+from coda_spec.bench.driver import Options, _operands, at_dims, draw, shapes
 from coda_spec.runtime import load
 
 
@@ -32,11 +31,7 @@ def prepared(target: str):
     checked = chain.checked()
     (sizes,) = shapes(checked.spec, Options(ms=(16384,), widths=(int(width),)))
     chain, checked = at_dims(chain, checked, sizes)
-    low, _ = make_inputs(checked.spec, sizes, 0, device="cuda")
-    inputs = {k: low[k] for k in chain.required_inputs}
-    grads = None
-    if chain.manifest.get("backward_steps"):
-        grads, _ = make_grads(checked.spec, checked.analysis, sizes, 1, device="cuda")
+    _, inputs, grads = draw(chain, checked, sizes, Options())
     env = chain.run(dict(inputs), grads=grads)
     torch.cuda.synchronize()
     return chain, sizes, inputs, grads, env

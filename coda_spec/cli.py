@@ -397,40 +397,73 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def _timing_options(f):
+    """The shape and timing options ``bench`` and ``tune`` share (one home for their texts)."""
+    opts = [
+        click.option("--m", "m_text", default=None, help="Dynamic-dim sizes, e.g. 16384,4096."),
+        click.option("--dims", "dims_text", default=None, help="Static dims, e.g. D=2048,F=5632."),
+        click.option(
+            "--width",
+            "width_text",
+            default=None,
+            help="Catalogue width rule: D=W, F=round_up(8/3 W, 256), KV=W/512 heads; "
+            "e.g. 2048,4096.",
+        ),
+        click.option(
+            "--rounds",
+            type=click.IntRange(1),
+            default=20,
+            show_default=True,
+            help="Interleaved timing rounds (samples per candidate).",
+        ),
+        click.option(
+            "--warmup",
+            type=click.IntRange(1),
+            default=2,
+            show_default=True,
+            help="Untimed calls of each candidate first (compile, module load).",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True, help="Input seed."),
+        click.option(
+            "--builds", default="build", show_default=True, help="Where specs' builds are."
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _exit_timing(run) -> None:
+    """Run a GPU command's body (``run() -> status``) and exit with its status; bad arguments
+    exit 2, tool failures 1, each with one line and no traceback."""
+    from coda_spec.runtime import CodaRuntimeError
+
+    try:
+        status = run()
+    except SpecError as e:
+        for d in e.diagnostics:
+            click.echo(render_text(d, _raw_lines(d.file)), err=True)
+        status = EXIT_INVALID_SPEC
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        status = EXIT_INVALID_SPEC
+    except (ToolError, CodaRuntimeError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        status = EXIT_TOOL_FAILURE
+    sys.exit(status)
+
+
 @main.command(short_help="Time built chains against cuBLAS SoL, eager, torch.compile, Liger.")
 @click.argument("targets", nargs=-1)
-@click.option("--m", "m_text", default=None, help="Dynamic-dim sizes, e.g. 16384,4096.")
-@click.option("--dims", "dims_text", default=None, help="Static dims, e.g. D=2048,F=5632.")
-@click.option(
-    "--width",
-    "width_text",
-    default=None,
-    help="Catalogue width rule: D=W, F=round_up(8/3 W, 256), KV=W/512 heads; e.g. 2048,4096.",
-)
+@_timing_options
 @click.option(
     "--baselines",
     default="eager,compile,liger",
     show_default=True,
     help="Baselines to time (any of eager, compile, liger; 'none' for SoL only).",
 )
-@click.option(
-    "--rounds",
-    type=click.IntRange(1),
-    default=20,
-    show_default=True,
-    help="Interleaved timing rounds (samples per candidate).",
-)
-@click.option(
-    "--warmup",
-    type=click.IntRange(1),
-    default=2,
-    show_default=True,
-    help="Untimed calls of each candidate first (compile, module load).",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Input seed.")
 @click.option("--no-kernels", is_flag=True, help="Do not time each coda kernel alone.")
 @click.option("--out", default=None, help="Results directory [default: build/bench].")
-@click.option("--builds", default="build", show_default=True, help="Where specs' builds are.")
 @click.option("--compare", default=None, help="An earlier results JSON to compare against.")
 @click.option("--plot", default=None, help="Draw one PNG per chain from this results JSON.")
 @click.option("--markdown", is_flag=True, help="Results mode: print the summary as markdown.")
@@ -458,9 +491,8 @@ def bench(
     """
     _need_torch("coda bench", "on a GPU machine, the CUDA build you already use")
     from coda_spec.bench import command as C
-    from coda_spec.runtime import CodaRuntimeError
 
-    try:
+    def run() -> int:
         names = tuple(b for b in baselines.split(",") if b and b != "none")
         unknown = [b for b in names if b not in ("eager", "compile", "liger")]
         if unknown:
@@ -483,51 +515,19 @@ def bench(
             plot=Path(plot) if plot else None,
             markdown=markdown,
         )
-        status = C.main(args, _load_chain, _has_gpu)
-    except SpecError as e:
-        for d in e.diagnostics:
-            click.echo(render_text(d, _raw_lines(d.file)), err=True)
-        status = EXIT_INVALID_SPEC
-    except ValueError as e:
-        click.echo(f"error: {e}", err=True)
-        status = EXIT_INVALID_SPEC
-    except (ToolError, CodaRuntimeError, OSError) as e:
-        click.echo(f"error: {e}", err=True)
-        status = EXIT_TOOL_FAILURE
-    sys.exit(status)
+        return C.main(args, _load_chain, _has_gpu)
+
+    _exit_timing(run)
 
 
 @main.command(short_help="Pick each kernel's fastest tile-config variant per shape.")
 @click.argument("targets", nargs=-1, required=True)
-@click.option("--m", "m_text", default=None, help="Dynamic-dim sizes, e.g. 16384,4096.")
-@click.option("--dims", "dims_text", default=None, help="Static dims, e.g. D=2048,F=5632.")
-@click.option(
-    "--width",
-    "width_text",
-    default=None,
-    help="Catalogue width rule (as coda bench): D=W, F=round_up(8/3 W, 256), KV=W/512 heads.",
-)
-@click.option(
-    "--rounds",
-    type=click.IntRange(1),
-    default=20,
-    show_default=True,
-    help="Interleaved timing rounds (samples per variant).",
-)
-@click.option(
-    "--warmup",
-    type=click.IntRange(1),
-    default=2,
-    show_default=True,
-    help="Untimed calls of each variant first.",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Input seed.")
+@_timing_options
 @click.option(
     "--out",
     default=None,
     help="Tune file to write or merge into [default: tuned/<gpu>.json, e.g. tuned/h200.json].",
 )
-@click.option("--builds", default="build", show_default=True, help="Where specs' builds are.")
 def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, builds):
     """Time every variant of each multi-variant kernel on a CUDA GPU; record the fastest.
 
@@ -538,9 +538,8 @@ def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, buil
     _need_torch("coda tune", "on a GPU machine, the CUDA build you already use")
     from coda_spec import tune as T
     from coda_spec.bench import command as C
-    from coda_spec.runtime import CodaRuntimeError
 
-    try:
+    def run() -> int:
         args = T.Args(
             targets=tuple(targets),
             ms=C.parse_ints(m_text, "--m"),
@@ -552,18 +551,9 @@ def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, buil
             out=Path(out) if out else None,
             builds=Path(builds),
         )
-        status = T.main(args, _load_chain, _has_gpu)
-    except SpecError as e:
-        for d in e.diagnostics:
-            click.echo(render_text(d, _raw_lines(d.file)), err=True)
-        status = EXIT_INVALID_SPEC
-    except ValueError as e:
-        click.echo(f"error: {e}", err=True)
-        status = EXIT_INVALID_SPEC
-    except (ToolError, CodaRuntimeError, OSError) as e:
-        click.echo(f"error: {e}", err=True)
-        status = EXIT_TOOL_FAILURE
-    sys.exit(status)
+        return T.main(args, _load_chain, _has_gpu)
+
+    _exit_timing(run)
 
 
 @main.command(short_help="Print the spec language's JSON Schema.")

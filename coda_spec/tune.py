@@ -21,18 +21,19 @@ chain forced to that variant, ``Chain.with_variants``): every variant of that ke
 interleaved rounds, an L2 flush before each sample, warm-up outside the timing; the variant with
 the smallest median wins. Kernels with one variant need no timing and get no entry.
 
-Tune file (JSON, ``FORMAT`` = 1)::
+Tune file (JSON, ``FORMAT`` = 1; the values are rmsnorm_chain's out_proj as tuned on the H200,
+2026-12-01, benchmarks/results/h200-2026-12-01-tune/)::
 
     {"format": 1,
      "builds": {
        "<name>-<hash>": {                  # the build directory's name (not -latest)
-         "spec": "rmsnorm_chain", "gpu": "NVIDIA H200", "driver": "565.57.01",
-         "date": "2026-05-01 12:00 UTC", "command": "coda tune ...",
+         "spec": "rmsnorm_chain", "gpu": "NVIDIA H200", "driver": "580.159.04",
+         "date": "2026-12-01 04:03 UTC", "command": "coda tune ...",
          "kernels": {
-           "<step>": [{"dims": {"D": 4096, "F": 11008},   # the static dims it was tuned at
+           "out_proj": [{"dims": {"D": 4096, "F": 11008},   # the static dims it was tuned at
                        "m_max": 16384,                     # the dynamic dim (M) it was tuned at
                        "config": "128x128,cluster=2x1,pingpong",   # the winner
-                       "ms": 0.412,                                  # its median
+                       "ms": 0.80,                                   # its median
                        "candidates": {"<config>": ms, ...}}]}}}}   # every variant timed
 
 The runtime rule (``coda_spec.runtime``): for each kernel step, an entry applies when its
@@ -50,7 +51,6 @@ import datetime
 import json
 import os
 import re
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,21 +251,15 @@ def tune_shape(chain, checked, sizes: dict, opts, clock, progress) -> list[Kerne
     ``opts``: ``coda_spec.bench.driver.Options`` (seed, rounds, warmup, device are used)."""
     import time
 
-    from coda_spec.bench.driver import at_dims
+    from coda_spec.bench.driver import at_dims, draw
     from coda_spec.bench.timing import time_interleaved
-    from coda_spec.inputs import make_grads, make_inputs
 
     build = chain.directory.name
     chain, checked = at_dims(chain, checked, sizes)
     steps = variant_steps(chain)
     if not steps:
         return []
-    m = chain.manifest
-    low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
-    inputs = {k: low[k] for k in chain.required_inputs}
-    grads = None
-    if m.get("backward_steps") and m.get("grads_in"):
-        grads, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, opts.device)
+    _, inputs, grads = draw(chain, checked, sizes, opts)
     env = chain.run(inputs, grads=grads)  # every tensor a kernel reads, backward ones included
     clock.resolve([])  # waits for the device
     declared = checked.spec.dim_sizes()
@@ -501,8 +495,7 @@ def _echo(text: str, err: bool = False) -> None:
 def main(args: Args, load_chain, has_gpu, run=None) -> int:
     """Run ``coda tune``; returns the exit status. ``load_chain``/``has_gpu``: the CLI's seams;
     ``run``: :func:`run_tune` (tests substitute one with a fake clock and device)."""
-    from coda_spec.bench.driver import Options
-    from coda_spec.verify import resolve
+    from coda_spec.bench.command import command_line, options, timing_targets
 
     if not has_gpu():
         _echo(
@@ -511,22 +504,9 @@ def main(args: Args, load_chain, has_gpu, run=None) -> int:
             err=True,
         )
         return EXIT_NO_GPU
-    opts = Options(
-        ms=args.ms or (16384,),
-        dims=args.dims,
-        widths=args.widths,
-        baselines=(),
-        rounds=args.rounds,
-        warmup=args.warmup,
-        seed=args.seed,
-        kernels=False,
-    )
-    targets = []
-    for t in args.targets:
-        directory = resolve(t, args.builds, command="tune")
-        targets.append((directory, load_chain(directory)))
-    command = "coda tune " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    result = (run or run_tune)(targets, opts, command)
+    opts = options(args, baselines=(), kernels=False)
+    targets = timing_targets(args, load_chain, "tune")
+    result = (run or run_tune)(targets, opts, command_line("tune"))
     _echo(render_table(result))
     if not result.results:
         if result.notes:

@@ -76,14 +76,35 @@ def _echo(text: str, err: bool = False) -> None:
     print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 
-def _timing_targets(args: Args, load_chain) -> list:
+def timing_targets(args, load_chain, command: str) -> list:
+    """(build directory, loaded chain) per target (a spec means its latest build)."""
     from coda_spec.verify import resolve
 
     out = []
     for t in args.targets:
-        directory = resolve(t, args.builds, command="bench")
+        directory = resolve(t, args.builds, command=command)
         out.append((directory, load_chain(directory)))
     return out
+
+
+def options(args, **extra):
+    """``driver.Options`` from the shape and timing arguments bench and tune share."""
+    from coda_spec.bench.driver import DEFAULT_M, Options
+
+    return Options(
+        ms=args.ms or DEFAULT_M,
+        dims=args.dims,
+        widths=args.widths,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        seed=args.seed,
+        **extra,
+    )
+
+
+def command_line(name: str) -> str:
+    """The command as typed (recorded in results and tune files)."""
+    return f"coda {name} " + " ".join(shlex.quote(a) for a in sys.argv[2:])
 
 
 def main(args: Args, load_chain, has_gpu) -> int:
@@ -119,21 +140,11 @@ def main(args: Args, load_chain, has_gpu) -> int:
                 err=True,
             )
             return EXIT_NO_GPU
-        from coda_spec.bench.driver import Options, run_bench
+        from coda_spec.bench.driver import run_bench
 
-        opts = Options(
-            ms=args.ms or (16384,),
-            dims=args.dims,
-            widths=args.widths,
-            baselines=args.baselines,
-            rounds=args.rounds,
-            warmup=args.warmup,
-            seed=args.seed,
-            kernels=args.kernels,
-        )
-        targets = _timing_targets(args, load_chain)
-        command = "coda bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-        run = run_bench(targets, opts, command)
+        opts = options(args, baselines=args.baselines, kernels=args.kernels)
+        targets = timing_targets(args, load_chain, "bench")
+        run = run_bench(targets, opts, command_line("bench"))
         out = args.out or Path("build/bench")
         out.mkdir(parents=True, exist_ok=True)
         for p in report.write_outputs(run, out):

@@ -290,6 +290,20 @@ def _stats_or_none(stats: dict, failed: dict, key: str) -> tuple[Stats | None, s
 
 
 # -- one chain at one shape ----------------------------------------------------------------------
+def draw(chain, checked, sizes: dict, opts: Options) -> tuple[dict, dict, dict | None]:
+    """(every spec input, the inputs a call takes, the incoming gradients or None), drawn on
+    ``opts.device`` from ``opts.seed`` with ``coda_spec.inputs`` (bench and tune draw alike)."""
+    from coda_spec.inputs import make_grads, make_inputs
+
+    low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
+    inputs = {k: low[k] for k in chain.required_inputs}
+    grads = None
+    m = chain.manifest
+    if m.get("backward_steps") and m.get("grads_in"):
+        grads, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, opts.device)
+    return low, inputs, grads
+
+
 def _coda_candidates(chain, env, inputs, grads, sizes, kernels: bool) -> dict:
     """coda's whole chain per direction, the section's cuBLAS GEMMs, each kernel and its GEMM."""
     m = chain.manifest
@@ -401,15 +415,9 @@ def bench_shape(
 ) -> list[Case]:
     """Every candidate of one chain at one shape, timed in the same rounds; one Case per
     direction."""
-    from coda_spec.inputs import make_grads, make_inputs
-
     chain, checked = at_dims(chain, checked, sizes)
     m = chain.manifest
-    low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
-    inputs = {k: low[k] for k in chain.required_inputs}
-    grads = None
-    if m.get("backward_steps") and m.get("grads_in"):
-        grads, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, opts.device)
+    low, inputs, grads = draw(chain, checked, sizes, opts)
     # add_to outputs accumulate into an input (or gradient) in place: the run whose outputs the
     # baselines are checked against gets its own copy of those, so the baselines see them fresh
     into = {s["add_to"] for s in R.section_steps(m, "fwd+bwd") if s.get("add_to")}
