@@ -11,11 +11,15 @@ rule, M = 16384, inputs drawn as coda bench draws them):
   count and total time (host steps and finalizes run as many small torch kernels today):
       python3 benchmarks/profile_reasons.py prof b4_ce_fwd_bwd:4096 llama_block:4096
 
-Run through ``benchmarks/profile_reasons.sh`` on the device.
+Run through ``benchmarks/profile_reasons.sh`` on the device. ``CODA_BUILD_ROOT`` (default
+``build``) picks the build root; in ``ncu`` mode ``CODA_VARIANTS`` (config texts separated by
+``;``, or ``all``) profiles those variants of each kernel of a multi-variant build, each forced in
+turn (default: the variant a plain call selects).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +31,7 @@ from coda_spec.runtime import load
 
 def prepared(target: str):
     name, width = target.split(":")
-    chain = load(Path("build") / f"{name}-latest")
+    chain = load(Path(os.environ.get("CODA_BUILD_ROOT", "build")) / f"{name}-latest")
     checked = chain.checked()
     (sizes,) = shapes(checked.spec, Options(ms=(16384,), widths=(int(width),)))
     chain, checked = at_dims(chain, checked, sizes)
@@ -42,20 +46,31 @@ def ncu(targets):
         chain, sizes, _, _, env = prepared(t)
         m = chain.manifest
         steps = [s for s in m["steps"] + m.get("backward_steps", []) if s["kind"] == "kernel"]
+        want = os.environ.get("CODA_VARIANTS", "")
         for s in steps:
-            fn = chain.steps_fn(env, sizes, [s])
-            a, b = _operands(m, s, env)
-            fn(), torch.mm(a, b)  # warm: module load, cuBLAS heuristics
-            torch.cuda.synchronize()
-            print(
-                f"{t} {s['name']}: coda kernel, then torch.mm {tuple(a.shape)} @ {tuple(b.shape)}",
-                flush=True,
+            names = chain.variant_names(s["name"])
+            picks = (
+                [None]
+                if not want
+                else [i for i, n in enumerate(names) if want == "all" or n in want.split(";")]
             )
-            torch.cuda.nvtx.range_push("coda")
-            fn()
-            torch.mm(a, b)
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
+            for i in picks:
+                run = chain if i is None else chain.with_variants({s["name"]: i})
+                fn = run.steps_fn(env, sizes, [s])
+                a, b = _operands(m, s, env)
+                fn(), torch.mm(a, b)  # warm: module load, cuBLAS heuristics
+                torch.cuda.synchronize()
+                label = "" if i is None else f" [{names[i]}]"
+                print(
+                    f"{t} {s['name']}{label}: coda kernel, then torch.mm {tuple(a.shape)} @ "
+                    f"{tuple(b.shape)}",
+                    flush=True,
+                )
+                torch.cuda.nvtx.range_push("coda")
+                fn()
+                torch.mm(a, b)
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_pop()
 
 
 def prof(targets):

@@ -520,7 +520,12 @@ def bench(
     _exit_timing(run)
 
 
-@main.command(short_help="Pick each kernel's fastest tile-config variant per shape.")
+@main.command(
+    short_help="Pick each kernel's fastest tile-config variant per shape.",
+    # more rounds than bench's 20: picks within a few percent need them (docs/tuning.md);
+    # keep equal to coda_spec.tune.DEFAULT_ROUNDS
+    context_settings={"default_map": {"rounds": 30}},
+)
 @click.argument("targets", nargs=-1, required=True)
 @_timing_options
 @click.option(
@@ -528,12 +533,22 @@ def bench(
     default=None,
     help="Tune file to write or merge into [default: tuned/<gpu>.json, e.g. tuned/h200.json].",
 )
-def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, builds):
-    """Time every variant of each multi-variant kernel on a CUDA GPU; record the fastest.
+@click.option(
+    "--margin",
+    type=float,
+    default=0.03,
+    show_default=True,
+    help="A variant replaces the fallback only if its median is this fraction below the "
+    "fallback's (and its p80 below the fallback's median); 0 <= margin < 1.",
+)
+def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, builds, margin):
+    """Time every variant of each multi-variant kernel on a CUDA GPU; record the pick.
 
-    TARGETS are build directories or spec files (their latest build under --builds). The picks
-    are merged into --out, keyed by build directory name; coda_spec.load uses them (see
-    docs/tuning.md). Exit status: 0 ok, 1 tool failure, 2 invalid arguments, 4 no GPU.
+    TARGETS are build directories or spec files (their latest build under --builds). A variant
+    other than the fallback (the build's first config) is picked only if it is clearly faster
+    (--margin); the picks are merged into --out, keyed by build directory name; coda_spec.load
+    uses them (see docs/tuning.md). Exit status: 0 ok, 1 tool failure, 2 invalid arguments,
+    4 no GPU.
     """
     _need_torch("coda tune", "on a GPU machine, the CUDA build you already use")
     from coda_spec import tune as T
@@ -550,6 +565,7 @@ def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, buil
             seed=seed,
             out=Path(out) if out else None,
             builds=Path(builds),
+            margin=margin,
         )
         return T.main(args, _load_chain, _has_gpu)
 

@@ -26,6 +26,14 @@ class BuildConfig:
     cluster_m: int = 2
     cluster_n: int = 1
     pingpong: bool = False
+    # Epilogue knobs (0 = QuACK's choice). ``epi_n`` is the width of the epilogue subtile the
+    # output tile is stored and its C/tile operands loaded in (its height is fixed by the
+    # schedule, ``epi_rows``); ``c_stages`` is how many subtiles of C the epilogue prefetches
+    # before QuACK tops it up from smem left below one more mainloop stage. Both trade epilogue
+    # smem for mainloop (A/B) stages: b2's default config gets only 2 A/B stages next to 5 C
+    # stages (docs/benchmarks.md).
+    epi_n: int = 0
+    c_stages: int = 0
     sizes: tuple = field(default=(), compare=False)  # ((dim, size), ...) for supports() checks
     width: int = 0  # the kernel's N, set per kernel for supports() checks
 
@@ -36,7 +44,15 @@ class BuildConfig:
         d = asdict(self)
         d.pop("sizes")
         d.pop("width")
+        for knob in EPILOGUE_KNOBS:  # QuACK's choice is left out: older builds keep their hash
+            if not d[knob]:
+                d.pop(knob)
         return d
+
+    def epi_rows(self) -> int:
+        """QuACK's epilogue subtile height: 128 when a cooperative tile's two warpgroups split
+        M, else 64 (``GemmSm90._compute_tile_shape_or_override``)."""
+        return 128 if not self.pingpong and self.tile_m % 128 == 0 else 64
 
     def problems(self) -> list[str]:
         """Tile rules of QuACK's sm90 GEMM that are independent of the epilogue."""
@@ -59,13 +75,24 @@ class BuildConfig:
                 out.append("tile_N must be a multiple of 16 up to 256 (or of 32 up to 512)")
         if self.cluster_m * self.cluster_n not in (1, 2, 4):
             out.append("cluster size must be 1, 2 or 4")
+        if self.epi_n and (self.epi_n not in (16, 32, 64) or self.tile_n % self.epi_n):
+            out.append(
+                f"epi={self.epi_n}: the epilogue width must be 16, 32 or 64 and divide "
+                f"tile_N={self.tile_n}"
+            )
+        if not 0 <= self.c_stages <= 8:
+            out.append(f"cstages={self.c_stages} must be 1 to 8")
         return out
+
+
+EPILOGUE_KNOBS = ("epi_n", "c_stages")
 
 
 # ``--config auto``: issue 9's candidate space, the default first (every kernel's fallback):
 # cooperative 128x256, 256x128, 128x128 and pingpong 128x192, 128x128, 128x64, each at clusters
-# 2x1, 1x2 and 1x1 (18 candidates; a kernel keeps those its primitives support and whose SASS
-# does not spill). Compile cost grows with it: about 18x a one-config build. QuACK's own sm90
+# 2x1, 1x2 and 1x1, plus four epilogue-stage variants at cluster 2x1 (22 candidates; a kernel
+# keeps those its primitives support and whose SASS does not spill). Compile cost grows with it:
+# about 22x a one-config build. QuACK's own sm90
 # autotuner space (quack.gemm_config.get_all_configs) has no 1x1 cluster and adds 192x128
 # pingpong and 128x160/224, 256x160/192 tiles; measured here (docs/benchmarks.md), a 1x1
 # cluster was the second-best b2 config at D = 2048, so it stays in.
@@ -81,15 +108,36 @@ AUTO = tuple(
     f"{tile},cluster={cluster},{schedule}"
     for tile, schedule in _TILES
     for cluster in ("2x1", "1x2", "1x1")
+) + (
+    # Measured on b2 (docs/benchmarks.md): a narrower epilogue subtile or a shallower C prefetch
+    # buys the mainloop a third A/B stage (cooperative 128x256: 3.84 -> 2.57 ms at D = 4096),
+    # and 128x192 pingpong, which spills at QuACK's epilogue subtile, fits at epi=16.
+    "128x256,cluster=2x1,cooperative,epi=16",
+    "128x256,cluster=2x1,cooperative,cstages=2",
+    "128x128,cluster=2x1,pingpong,epi=16",
+    "128x192,cluster=2x1,pingpong,epi=16",
 )
 
 
 def config_text(key: dict) -> str:
     """A config (``BuildConfig.key()``, a manifest's ``config``) in ``--config`` syntax."""
-    schedule = "pingpong" if key["pingpong"] else "cooperative"
-    return (
-        f"{key['tile_m']}x{key['tile_n']},cluster={key['cluster_m']}x{key['cluster_n']},{schedule}"
+    return _spell(key, "{m}x{n},cluster={cm}x{cn},{sched}", ("cooperative", "pingpong"), ",")
+
+
+def _spell(key: dict, head: str, schedules: tuple, sep: str) -> str:
+    """``config_text`` / ``config_tag``: the head, then each epilogue knob that is set."""
+    text = head.format(
+        m=key["tile_m"],
+        n=key["tile_n"],
+        cm=key["cluster_m"],
+        cn=key["cluster_n"],
+        sched=schedules[bool(key["pingpong"])],
     )
+    if key.get("epi_n"):
+        text += f"{sep}epi={key['epi_n']}" if sep == "," else f"{sep}e{key['epi_n']}"
+    if key.get("c_stages"):
+        text += f"{sep}cstages={key['c_stages']}" if sep == "," else f"{sep}cs{key['c_stages']}"
+    return text
 
 
 def parse_config(text: str | None) -> BuildConfig:
@@ -104,11 +152,18 @@ def parse_config(text: str | None) -> BuildConfig:
         elif part.startswith("cluster="):
             m, n = part.split("=", 1)[1].lower().split("x")
             cfg["cluster_m"], cfg["cluster_n"] = int(m), int(n)
+        elif part.startswith("epi="):
+            cfg["epi_n"] = int(part.split("=", 1)[1])
+        elif part.startswith("cstages="):
+            cfg["c_stages"] = int(part.split("=", 1)[1])
         elif "x" in part and part.replace("x", "").isdigit():
             m, n = part.lower().split("x")
             cfg["tile_m"], cfg["tile_n"] = int(m), int(n)
         else:
-            raise ValueError(f"unknown config item {part!r}; e.g. 128x256,cluster=2x1,cooperative")
+            raise ValueError(
+                f"unknown config item {part!r}; e.g. 128x256,cluster=2x1,cooperative "
+                "(optional: epi=16, cstages=2)"
+            )
     return BuildConfig(**cfg)
 
 
@@ -127,6 +182,5 @@ def parse_configs(text: str | None) -> tuple[BuildConfig, ...]:
 
 
 def config_tag(key: dict) -> str:
-    """A config as a symbol suffix: ``128x128_c2x1_pp``."""
-    schedule = "pp" if key["pingpong"] else "coop"
-    return f"{key['tile_m']}x{key['tile_n']}_c{key['cluster_m']}x{key['cluster_n']}_{schedule}"
+    """A config as a symbol suffix: ``128x128_c2x1_pp``, ``128x256_c2x1_coop_e16_cs2``."""
+    return _spell(key, "{m}x{n}_c{cm}x{cn}_{sched}", ("coop", "pp"), "_")

@@ -18,8 +18,12 @@ Method (the one ``coda bench`` uses, ``coda_spec.bench.timing``): per build, per
 ``--dims``, ``--width``, the bench rules), the chain runs once on drawn inputs to produce every
 tensor; then each kernel step with more than one variant is timed alone (``Chain.steps_fn`` of a
 chain forced to that variant, ``Chain.with_variants``): every variant of that kernel in the same
-interleaved rounds, an L2 flush before each sample, warm-up outside the timing; the variant with
-the smallest median wins. Kernels with one variant need no timing and get no entry.
+interleaved rounds (``--rounds``, default 30), an L2 flush before each sample, warm-up outside
+the timing. The pick (:func:`pick_winner`, the one place the rule lives): a variant other than the
+fallback wins only if its median is at least ``--margin`` (default 3%) below the fallback's and its
+p80 is below the fallback's median; of those, the smallest median; none: the fallback stays. The
+fallback did not run: the smallest median. Kernels with one variant need no timing and get no
+entry.
 
 Tune file (JSON, ``FORMAT`` = 1; the values are rmsnorm_chain's out_proj as tuned on the H200,
 2026-12-01, benchmarks/results/h200-2026-12-01-tune/)::
@@ -34,7 +38,13 @@ Tune file (JSON, ``FORMAT`` = 1; the values are rmsnorm_chain's out_proj as tune
                        "m_max": 16384,                     # the dynamic dim (M) it was tuned at
                        "config": "128x128,cluster=2x1,pingpong",   # the winner
                        "ms": 0.80,                                   # its median
-                       "candidates": {"<config>": ms, ...}}]}}}}   # every variant timed
+                       "margin": 0.03, "rounds": 30,       # the pick's margin, samples each
+                       "candidates": {"<config>": ms, ...},        # every variant timed: median
+                       "spread": {"<config>": [p20, p80], ...}}]}}}}   # and its p20/p80
+
+``margin``, ``rounds`` and ``spread`` are optional: ``coda tune`` writes them since the margin
+rule (shown here at their defaults); older files, the 2026-12-01 one included, lack them and are
+read as before. A variant that could not run has ``null`` in ``candidates`` and ``spread``.
 
 The runtime rule (``coda_spec.runtime``): for each kernel step, an entry applies when its
 ``dims`` equal the chain's static dims and its ``config`` names one of the step's variants; of
@@ -62,6 +72,19 @@ FORMAT = 1
 ENV = "CODA_TUNED"  # a tune file, or a directory of *.json
 DEFAULT_DIR = "tuned"  # ./tuned/*.json when $CODA_TUNED is not set
 INLINE = "<tune table>"  # the "path" of a table passed as a dict
+DEFAULT_MARGIN = 0.03  # a variant must beat the fallback's median by 3% (pick_winner)
+DEFAULT_ROUNDS = 30  # coda tune's --rounds
+
+
+def check_margin(margin) -> float:
+    """``margin`` as a float, or ValueError: a fraction of the fallback's median, 0 <= m < 1."""
+    ok = isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 <= margin < 1
+    if not ok:
+        raise ValueError(
+            f"--margin {margin!r}: must be a fraction at least 0 and below 1 (0.03: a variant "
+            "must be 3% faster than the fallback to replace it)"
+        )
+    return float(margin)
 
 
 # -- the table: read and validate (the runtime's side; no torch) -------------------------------
@@ -86,6 +109,10 @@ def _int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _entry(path, where: str, row) -> dict:
     if not isinstance(row, dict):
         raise _bad(path, f"{where} is not an object")
@@ -106,11 +133,26 @@ def _entry(path, where: str, row) -> dict:
     if ms is not None and not isinstance(ms, (int, float)):
         raise _bad(path, f"{where}.ms must be a number")
     cands = row.get("candidates", {})
-    if not isinstance(cands, dict) or not all(
-        v is None or isinstance(v, (int, float)) for v in cands.values()
-    ):
+    if not isinstance(cands, dict) or not all(v is None or _num(v) for v in cands.values()):
         raise _bad(path, f"{where}.candidates must map config texts to milliseconds")
-    return dict(row, dims=dict(dims), config=config, candidates=dict(cands))
+    out = dict(row, dims=dict(dims), config=config, candidates=dict(cands))
+    # optional since the margin rule (pick_winner); older files have none of them
+    if "margin" in row:
+        try:
+            out["margin"] = check_margin(row["margin"])
+        except ValueError as e:
+            raise _bad(path, f"{where}.margin must be a number, 0 <= margin < 1") from e
+    if "rounds" in row and not (_int(row["rounds"]) and row["rounds"] >= 1):
+        raise _bad(path, f"{where}.rounds must be a positive integer")
+    if "spread" in row:
+        spread = row["spread"]
+        if not isinstance(spread, dict) or not all(
+            v is None or (isinstance(v, (list, tuple)) and len(v) == 2 and all(map(_num, v)))
+            for v in spread.values()
+        ):
+            raise _bad(path, f"{where}.spread must map config texts to [p20, p80] milliseconds")
+        out["spread"] = {k: None if v is None else list(v) for k, v in spread.items()}
+    return out
 
 
 def validate(data, path=INLINE) -> dict:
@@ -185,13 +227,102 @@ def load_table(tuned=None) -> TuneTable:
     return TuneTable(tuple((str(p), read_file(p)) for p in paths))
 
 
+# -- the pick ----------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What :func:`pick_winner` chose, and why. ``rule``: "won" (``winner`` cleared the margin),
+    "kept" (no variant did: the fallback stays), "no-fallback" (the fallback did not run: the
+    smallest median), "none" (no variant ran). ``best``: for "won" the winner, for "kept" the
+    fastest other variant by median (None if no other ran); ``gain``: how much lower ``best``'s
+    median is than the fallback's, as a fraction of the fallback's; ``p80_ok``: ``best``'s p80
+    is below the fallback's median."""
+
+    winner: str | None
+    rule: str
+    best: str | None = None
+    gain: float | None = None
+    p80_ok: bool = False
+
+    def text(self, margin: float, tag=lambda name: name) -> str:
+        """Why, in a few words: ``won by 12.3%``, ``fallback kept: best other v2 0.4% faster <
+        3% margin``. ``tag``: how a variant is named (the table's v1, v2, ...)."""
+        if self.rule == "none":
+            return "every variant failed"
+        if self.rule == "no-fallback":
+            return "fallback did not run: smallest median"
+        if self.rule == "won":
+            return f"won by {_pct(self.gain)}"
+        if self.best is None:
+            return "fallback kept: no other variant ran"
+        if self.gain <= 0:
+            return f"fallback kept: fastest (best other {tag(self.best)} not faster)"
+        if self.gain < margin:
+            return (
+                f"fallback kept: best other {tag(self.best)} {_pct(self.gain)} faster "
+                f"< {margin * 100:g}% margin"
+            )
+        return (
+            f"fallback kept: {tag(self.best)} {_pct(self.gain)} faster but its p80 is not "
+            "below the fallback's median"
+        )
+
+
+def pick_winner(names, ms: dict, p80: dict, margin: float = DEFAULT_MARGIN) -> Pick:
+    """The variant a kernel runs at one shape. ``names``: its variants, the fallback (the
+    build's first config) first; ``ms``/``p80``: median and 80th percentile of each variant that
+    ran (a missing p80 counts as the median).
+
+    Rule: a variant other than the fallback may win only if its median is at least ``margin``
+    (a fraction of the fallback's median) below the fallback's median AND its p80 is below the
+    fallback's median; of the variants that qualify, the smallest median wins (a tie: the
+    earlier in ``names``); none qualifies: the fallback. The fallback did not run: the smallest
+    median of those that ran.
+
+    Why: the fallback is what every untuned call runs and what ``coda verify`` and the benches
+    have judged; replacing it should take a clear, repeatable win, not noise. On the H200
+    (2026-12-01, 8 rounds, smallest median wins; docs/tuning.md) f1 at D = 2048 was decided by a
+    0.2% difference in medians (between two pingpong variants, both well below the fallback)
+    and the chain then ran slower than untuned: a few tenths of a percent on a 0.25-ms kernel is
+    inside the run-to-run spread. The margin asks for a gap over the fallback larger than that
+    noise; the p80 test asks that most samples of the challenger, not only its middle one, beat
+    the fallback's typical time."""
+    names = list(names)
+    ran = [n for n in names if n in ms]
+    if not ran:
+        return Pick(None, "none")
+    fastest = lambda pool: min(pool, key=lambda n: (ms[n], names.index(n)))
+    fallback = names[0]
+    if fallback not in ms:
+        return Pick(fastest(ran), "no-fallback")
+    base = ms[fallback]
+    gain = lambda n: (base - ms[n]) / base if base > 0 else 0.0
+    p80_ok = lambda n: p80.get(n, ms[n]) < base
+    others = [n for n in ran if n != fallback]
+    clear = [n for n in others if gain(n) >= margin and p80_ok(n)]
+    if clear:
+        w = fastest(clear)
+        return Pick(w, "won", w, gain(w), True)
+    if not others:
+        return Pick(fallback, "kept")
+    best = fastest(others)
+    return Pick(fallback, "kept", best, gain(best), p80_ok(best))
+
+
 # -- measuring (GPU side; imports torch and bench inside functions) -----------------------------
 
 
 @dataclass(frozen=True)
 class KernelTune:
     """One kernel step tuned at one shape. ``names``: its variants (config texts), fallback
-    first; ``ms``: median of each variant timed; ``failed``: variant -> why it could not run."""
+    first; ``ms``: median of each variant timed; ``failed``: variant -> why it could not run;
+    ``spread``: variant -> (p20, p80); ``margin``: the pick's (:func:`pick_winner`); ``rounds``:
+    samples per variant."""
 
     build: str  # the build directory's name, <name>-<hash>
     spec: str
@@ -202,10 +333,18 @@ class KernelTune:
     names: tuple
     ms: dict
     failed: dict = field(default_factory=dict)
+    spread: dict = field(default_factory=dict)
+    margin: float = DEFAULT_MARGIN
+    rounds: int | None = None
+
+    @property
+    def pick(self) -> Pick:
+        p80 = {n: s[1] for n, s in self.spread.items()}
+        return pick_winner(self.names, self.ms, p80, self.margin)
 
     @property
     def winner(self) -> str | None:
-        return min(self.ms, key=lambda n: (self.ms[n], self.names.index(n))) if self.ms else None
+        return self.pick.winner
 
     @property
     def speedup(self) -> float | None:
@@ -220,7 +359,10 @@ class KernelTune:
             "m_max": self.m,
             "config": w,
             "ms": self.ms[w],
+            "margin": self.margin,
+            **({"rounds": self.rounds} if self.rounds else {}),
             "candidates": {n: self.ms.get(n) for n in self.names},
+            "spread": {n: list(self.spread[n]) if n in self.spread else None for n in self.names},
         }
 
 
@@ -234,6 +376,7 @@ class TuneRun:
     results: tuple = ()  # KernelTune
     configs: dict = field(default_factory=dict)  # build -> its candidate configs (texts)
     notes: tuple = ()
+    margin: float = DEFAULT_MARGIN
 
 
 def variant_steps(chain) -> list[dict]:
@@ -246,9 +389,12 @@ def variant_steps(chain) -> list[dict]:
     ]
 
 
-def tune_shape(chain, checked, sizes: dict, opts, clock, progress) -> list[KernelTune]:
+def tune_shape(
+    chain, checked, sizes: dict, opts, clock, progress, margin: float = DEFAULT_MARGIN
+) -> list[KernelTune]:
     """Every multi-variant kernel of one chain at one shape, each timed alone per variant.
-    ``opts``: ``coda_spec.bench.driver.Options`` (seed, rounds, warmup, device are used)."""
+    ``opts``: ``coda_spec.bench.driver.Options`` (seed, rounds, warmup, device are used);
+    ``margin``: the pick's (:func:`pick_winner`)."""
     import time
 
     from coda_spec.bench.driver import at_dims, draw
@@ -295,16 +441,29 @@ def tune_shape(chain, checked, sizes: dict, opts, clock, progress) -> list[Kerne
                 names=names,
                 ms={n: stats[n].median_ms for n in names if n in stats},
                 failed=dict(failed),
+                spread={n: (stats[n].p20_ms, stats[n].p80_ms) for n in names if n in stats},
+                margin=margin,
+                rounds=opts.rounds,
             )
         )
     return out
 
 
-def run_tune(targets: list, opts, command: str, progress=None, clock=None, device=None):
+def run_tune(
+    targets: list,
+    opts,
+    command: str,
+    progress=None,
+    clock=None,
+    device=None,
+    margin: float = DEFAULT_MARGIN,
+):
     """``targets``: (build directory, loaded chain) pairs. ``clock``/``device`` ((gpu name,
-    driver)): seams for tests; by default a ``CudaClock`` and this GPU (needs CUDA)."""
+    driver)): seams for tests; by default a ``CudaClock`` and this GPU (needs CUDA). ``margin``:
+    the pick's (:func:`pick_winner`)."""
     from coda_spec.bench.driver import plan
 
+    margin = check_margin(margin)
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     jobs = plan(targets, opts)
     if clock is None or device is None:
@@ -320,7 +479,10 @@ def run_tune(targets: list, opts, command: str, progress=None, clock=None, devic
             info = device_info(0.0, 0.0)
             device = (info.name, info.driver)
     gpu, driver = device
-    say(f"tuning on {gpu} (driver {driver or '?'}): {len(jobs)} shape(s), {opts.rounds} rounds")
+    say(
+        f"tuning on {gpu} (driver {driver or '?'}): {len(jobs)} shape(s), {opts.rounds} rounds, "
+        f"margin {margin * 100:g}%"
+    )
     results, notes, configs = [], [], {}
     for i, (chain, checked, sizes) in enumerate(jobs, 1):
         configs[chain.directory.name] = _configs(chain)
@@ -329,7 +491,9 @@ def run_tune(targets: list, opts, command: str, progress=None, clock=None, devic
         )
         say(label)
         try:
-            got = tune_shape(chain, checked, sizes, opts, clock, lambda msg: say(f"  {msg}"))
+            got = tune_shape(
+                chain, checked, sizes, opts, clock, lambda msg: say(f"  {msg}"), margin
+            )
         except (ToolError, RuntimeError, ValueError) as e:
             msg = f"{label}: skipped: {type(e).__name__}: {str(e).splitlines()[0]}"
             say(msg)
@@ -338,7 +502,7 @@ def run_tune(targets: list, opts, command: str, progress=None, clock=None, devic
         if not got:
             say("  no kernel with more than one variant: nothing to tune")
         for r in got:
-            say(f"  {r.kernel}: {r.winner or 'every variant failed'}")
+            say(f"  {r.kernel}: {r.winner or '-'} ({r.pick.text(margin)})")
         results += got
         _empty_cache()
     return TuneRun(
@@ -350,6 +514,7 @@ def run_tune(targets: list, opts, command: str, progress=None, clock=None, devic
         results=tuple(results),
         configs=configs,
         notes=tuple(notes),
+        margin=margin,
     )
 
 
@@ -428,8 +593,12 @@ def _shape(sizes: dict) -> str:
 
 def render_table(run: TuneRun) -> str:
     """Per build: a legend v0.. = its candidate configs (v0 the fallback), then one row per
-    kernel and shape with each variant's median ms, the winner and its speedup over v0."""
-    lines = [f"coda tune on {run.gpu} ({run.date}): median ms of {run.rounds} rounds"]
+    kernel and shape with each variant's median ms, the winner, its speedup over v0 and why it
+    won (:func:`pick_winner`)."""
+    lines = [
+        f"coda tune on {run.gpu} ({run.date}): median ms of {run.rounds} rounds; a variant "
+        f"replaces v0 if its median is >= {run.margin * 100:g}% lower and its p80 < v0's median"
+    ]
     by_build: dict = {}
     for r in run.results:
         by_build.setdefault(r.build, []).append(r)
@@ -445,7 +614,7 @@ def render_table(run: TuneRun) -> str:
         kw = max(len("kernel"), *(len(r.kernel) for r in rows))
         sw = max(len("shape"), *(len(_shape(r.sizes)) for r in rows))
         head = f"  {'kernel':<{kw}}  {'shape':<{sw}}" + "".join(f"  {tag[c]:>8}" for c in configs)
-        lines.append(head + "  winner  speedup")
+        lines.append(head + "  winner  speedup  why")
         for r in rows:
             cells = []
             for c in configs:
@@ -460,7 +629,7 @@ def render_table(run: TuneRun) -> str:
             lines.append(
                 f"  {r.kernel:<{kw}}  {_shape(r.sizes):<{sw}}"
                 + "".join(f"  {c}" for c in cells)
-                + f"  {win:<6}  {speed:>7}"
+                + f"  {win:<6}  {speed:>7}  {r.pick.text(r.margin, tag.get)}"
             )
         for r in rows:
             for n, why in r.failed.items():
@@ -481,11 +650,15 @@ class Args:
     ms: tuple = ()
     dims: dict = field(default_factory=dict)
     widths: tuple = ()
-    rounds: int = 20
+    rounds: int = DEFAULT_ROUNDS
     warmup: int = 2
     seed: int = 0
     out: Path | None = None  # default: tuned/<gpu-slug>.json
     builds: Path = Path("build")
+    margin: float = DEFAULT_MARGIN  # pick_winner's
+
+    def __post_init__(self):
+        check_margin(self.margin)  # a bad --margin is a bad argument (exit 2), GPU or not
 
 
 def _echo(text: str, err: bool = False) -> None:
@@ -506,7 +679,7 @@ def main(args: Args, load_chain, has_gpu, run=None) -> int:
         return EXIT_NO_GPU
     opts = options(args, baselines=(), kernels=False)
     targets = timing_targets(args, load_chain, "tune")
-    result = (run or run_tune)(targets, opts, command_line("tune"))
+    result = (run or run_tune)(targets, opts, command_line("tune"), margin=args.margin)
     _echo(render_table(result))
     if not result.results:
         if result.notes:

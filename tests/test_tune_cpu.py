@@ -9,7 +9,8 @@ receive is caught by patching ``Chain._fn`` to a recorder (and the SM count to 1
 check is patched to the CPU, as in tests/test_runtime_cpu.py. The tune loop runs on the real
 runtime with a scripted clock (as tests/test_bench_cpu.py drives bench): each kernel launch
 announces its variant to the clock and takes the runtime's no-launch path, so the scripted
-samples decide the winner.
+samples decide the winner (``tune.pick_winner``: a variant replaces the fallback only with a median
+``margin`` below the fallback's and a p80 below the fallback's median).
 """
 
 from __future__ import annotations
@@ -240,6 +241,13 @@ def test_default_search_path(tmp_path, cpu, monkeypatch):
         runtime.load(d)
 
 
+def _with(**extra) -> str:
+    """A one-entry tune file whose entry has ``extra`` fields."""
+    data = table("b", {"k": [(STATIC, 1, V1)]})
+    data["builds"]["b"]["kernels"]["k"][0].update(extra)
+    return json.dumps(data)
+
+
 MALFORMED = [  # (id, file text, what the message says)
     ("not-json", "{", "invalid JSON"),
     ("format", json.dumps({"format": 2, "builds": {}}), "format is 2"),
@@ -247,6 +255,11 @@ MALFORMED = [  # (id, file text, what the message says)
     ("m_max", json.dumps(table("b", {"k": [(STATIC, -1, V1)]})), "m_max must be"),
     ("dims", json.dumps(table("b", {"k": [({"D": "4k"}, 1, V1)]})), "dims must map"),
     ("config", json.dumps(table("b", {"k": [(STATIC, 1, "fast")]})), "unknown config item"),
+    ("margin-1", _with(margin=1), "margin must be a number, 0 <= margin < 1"),
+    ("margin-text", _with(margin="3%"), "margin must be a number"),
+    ("rounds", _with(rounds=0), "rounds must be a positive integer"),
+    ("spread-one-number", _with(spread={V1: 0.5}), r"spread must map config texts to \[p20"),
+    ("spread-three", _with(spread={V1: [0.4, 0.5, 0.6]}), "spread must map"),
 ]
 
 
@@ -257,6 +270,33 @@ def test_malformed_tune_file_names_its_path(text, why, tmp_path):
     path.write_text(text)
     with pytest.raises(ValueError, match=rf"{path}: not a coda tune file.*{why}"):
         runtime.load(d, tuned=path)
+
+
+OLD_ENTRY = {  # as the 2026-12-01 H200 run wrote it: no margin, rounds or spread
+    "dims": STATIC,
+    "m_max": 16384,
+    "config": V2,
+    "ms": 0.25,
+    "candidates": {V0: 0.2992, V1: 0.2506, V2: 0.25},
+}
+NEW_ENTRY = dict(
+    OLD_ENTRY,
+    config=V1,
+    margin=0.03,
+    rounds=30,
+    spread={V0: [0.29, 0.31], V1: [0.24, 0.26], V2: None},
+)
+
+
+@pytest.mark.parametrize("entry, want", [(OLD_ENTRY, V2), (NEW_ENTRY, V1)], ids=["old", "new"])
+def test_entries_with_and_without_the_margin_fields_load(entry, want, tmp_path, cpu):
+    d, _ = variant_build(tmp_path)
+    data = {"format": 1, "builds": {d.name: {"gpu": GPU, "kernels": {"out_proj": [entry]}}}}
+    path = tmp_path / "h200.json"
+    path.write_text(json.dumps(data))
+    (row,) = T.read_file(path)["builds"][d.name]["kernels"]["out_proj"]
+    assert row == entry  # validated, nothing added or dropped
+    assert runtime.load(d, tuned=path).selected_variants({"M": 64})["out_proj"] == want
 
 
 # -- what reaches the launch -------------------------------------------------------------------
@@ -341,36 +381,153 @@ def announced(monkeypatch, cpu):
     return clock
 
 
-def _tune(d, clock, ms=(64,), rounds=3):
+def _tune(d, clock, ms=(64,), rounds=3, margin=T.DEFAULT_MARGIN):
     chain = runtime.load(d, tuned=False)
     opts = Options(ms=ms, baselines=(), rounds=rounds, warmup=1, device="cpu", kernels=False)
     said = []
-    run = T.run_tune([(d, chain)], opts, "coda tune x", said.append, clock, (GPU, "999.1"))
+    run = T.run_tune(
+        [(d, chain)], opts, "coda tune x", said.append, clock, (GPU, "999.1"), margin=margin
+    )
     return run, said
 
 
-def test_tune_picks_the_fastest_median(tmp_path, announced):
+def _row(text: str, kernel: str) -> str:
+    """The table's row of ``kernel``, its runs of spaces squeezed to one."""
+    (row,) = [line for line in text.splitlines() if line.strip().startswith(kernel + " ")]
+    return " ".join(row.split())
+
+
+def test_tune_picks_the_fastest_clear_median(tmp_path, announced):
     d, _ = variant_build(tmp_path)
     announced.script = {
         ("out_proj", V0): [3.0, 3.0, 9.0],
-        ("out_proj", V1): [1.0, 9.0, 1.0],  # median 1: the winner despite one slow sample
+        ("out_proj", V1): [1.0, 1.2, 1.0],  # median 1, p80 1.12 < 3: the winner
         ("out_proj", V2): [2.0, 2.0, 2.0],
-        ("up_proj", V0): [1.0, 1.0, 1.0],  # the fallback wins a tie (first in order)
+        ("up_proj", V0): [1.0, 1.0, 1.0],  # the fallback keeps a tie
         ("up_proj", V1): [4.0, 4.0, 4.0],
         ("up_proj", V2): [1.0, 1.0, 1.0],
     }
     run, said = _tune(d, announced)
-    assert run.gpu == GPU and run.notes == ()
+    assert run.gpu == GPU and run.notes == () and run.margin == 0.03
     got = {r.kernel: (r.winner, r.ms, r.speedup) for r in run.results}
     assert got["out_proj"] == (V1, {V0: 3.0, V1: 1.0, V2: 2.0}, 3.0)
     assert got["up_proj"][0] == V0 and got["up_proj"][2] == 1.0
+    out_proj = next(r for r in run.results if r.kernel == "out_proj")
+    assert out_proj.spread[V1] == pytest.approx((1.0, 1.12))  # p20, p80 of 1.0, 1.0, 1.2
+    assert out_proj.rounds == 3 and out_proj.margin == 0.03
     timed = [c for c in announced.calls if c[0] == "out_proj"]
     assert {v for _, v in timed} == {V0, V1, V2}  # every variant of the kernel ran
-    assert any("out_proj: " + V1 in s for s in said)
+    assert f"out_proj: {V1} (won by 66.7%)" in "\n".join(said)
     text = T.render_table(run)
     assert f"v1  {V1}" in text and "3.00x" in text
-    (row,) = [line for line in text.splitlines() if line.strip().startswith("out_proj")]
-    assert row.split()[-2:] == ["v1", "3.00x"]
+    assert "median is >= 3% lower and its p80 < v0's median" in text.splitlines()[0]
+    assert _row(text, "out_proj").endswith("3.0000 1.0000 2.0000 v1 3.00x won by 66.7%")
+    assert _row(text, "up_proj").endswith(
+        "v0 1.00x fallback kept: fastest (best other v2 not faster)"
+    )
+
+
+# (id, out_proj's samples per variant (5 rounds), the winner, why the table says it won)
+MARGIN_CASES = [
+    (
+        "0.2%-is-noise",  # f1 D=2048 on the H200: a 0.2% lower median picked, the chain slower
+        {V0: [1.0] * 5, V1: [0.998] * 5, V2: [1.2] * 5},
+        V0,
+        "fallback kept: best other v1 0.2% faster < 3% margin",
+    ),
+    (
+        "10%-tight-spread",
+        {V0: [1.0] * 5, V1: [0.9, 0.91, 0.9, 0.89, 0.9], V2: [0.95] * 5},
+        V1,
+        "won by 10.0%",
+    ),
+    (
+        "10%-but-p80-above",  # median 0.9, p80 1.2 >= the fallback's 1.0
+        {V0: [1.0] * 5, V1: [0.9, 1.2, 0.9, 1.2, 0.9], V2: [1.1] * 5},
+        V0,
+        "fallback kept: v1 10.0% faster but its p80 is not below the fallback's median",
+    ),
+    (
+        "next-clear-one-wins",  # v1 fails the p80 test; v2 clears both: the smallest clear one
+        {V0: [1.0] * 5, V1: [0.9, 1.2, 0.9, 1.2, 0.9], V2: [0.95, 0.96, 0.95, 0.94, 0.95]},
+        V2,
+        "won by 5.0%",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "samples, want, why", [c[1:] for c in MARGIN_CASES], ids=[c[0] for c in MARGIN_CASES]
+)
+def test_tune_keeps_the_fallback_without_a_clear_win(samples, want, why, tmp_path, announced):
+    d, _ = variant_build(tmp_path)
+    announced.script = {("out_proj", v): list(xs) for v, xs in samples.items()}
+    run, _ = _tune(d, announced, rounds=5)
+    out_proj = next(r for r in run.results if r.kernel == "out_proj")
+    assert out_proj.winner == want
+    assert _row(T.render_table(run), "out_proj").endswith(why)
+    assert T.merge(None, run)["builds"][d.name]["kernels"]["out_proj"][0]["config"] == want
+
+
+def test_the_margin_is_an_option(tmp_path, announced):
+    """A 10% win with tight spread loses to a 15% margin and wins at margin 0."""
+    d, _ = variant_build(tmp_path)
+    samples = {V0: [1.0] * 3, V1: [0.9] * 3, V2: [1.1] * 3}
+    for margin, want in ((0.15, V0), (0.0, V1)):
+        announced.script = {("out_proj", v): list(xs) for v, xs in samples.items()}
+        run, said = _tune(d, announced, margin=margin)
+        assert [r.winner for r in run.results if r.kernel == "out_proj"] == [want]
+        assert f"margin {margin * 100:g}%" in said[0]
+
+
+PICK_CASES = [  # (id, medians, p80s, margin, the winner, Pick.rule)
+    ("fallback-failed-smallest-median", {V1: 0.9, V2: 0.8}, {V2: 5.0}, 0.03, V2, "no-fallback"),
+    ("fallback-failed-tie-earlier", {V1: 0.8, V2: 0.8}, {}, 0.03, V1, "no-fallback"),
+    ("nothing-ran", {}, {}, 0.03, None, "none"),
+    ("only-the-fallback-ran", {V0: 1.0}, {}, 0.03, V0, "kept"),
+    ("2.9%-under-a-3%-margin", {V0: 1.0, V1: 0.971}, {V1: 0.971}, 0.03, V0, "kept"),
+    ("3.1%-over-it", {V0: 1.0, V1: 0.969}, {V1: 0.98}, 0.03, V1, "won"),
+    ("margin-0-tie-kept", {V0: 1.0, V1: 1.0}, {V1: 1.0}, 0.0, V0, "kept"),
+    ("margin-0-any-clear-win", {V0: 1.0, V1: 0.999}, {V1: 0.9995}, 0.0, V1, "won"),
+    ("p80-equal-to-base-is-not-below", {V0: 1.0, V1: 0.5}, {V1: 1.0}, 0.03, V0, "kept"),
+    ("no-p80-counts-as-median", {V0: 1.0, V1: 0.9}, {}, 0.03, V1, "won"),
+    ("smallest-clear-median", {V0: 1.0, V1: 0.9, V2: 0.8}, {V1: 0.9, V2: 0.85}, 0.03, V2, "won"),
+]
+
+
+@pytest.mark.parametrize(
+    "ms, p80, margin, want, rule", [c[1:] for c in PICK_CASES], ids=[c[0] for c in PICK_CASES]
+)
+def test_pick_winner(ms, p80, margin, want, rule):
+    got = T.pick_winner((V0, V1, V2), ms, p80, margin)
+    assert (got.winner, got.rule) == (want, rule)
+
+
+def test_a_failed_fallback_gives_the_smallest_median(tmp_path):
+    """The fallback could not run: the margin has nothing to measure against; the smallest
+    median wins and the entry records the fallback as null."""
+    r = T.KernelTune(
+        build="b-1",
+        spec="b",
+        kernel="k",
+        sizes={"M": 64, **STATIC},
+        static=STATIC,
+        m=64,
+        names=(V0, V1, V2),
+        ms={V1: 0.9, V2: 0.8},
+        failed={V0: "RuntimeError: no such kernel"},
+        spread={V1: (0.85, 0.95), V2: (0.7, 2.0)},
+        rounds=30,
+    )
+    assert r.winner == V2 and r.speedup is None
+    entry = r.entry()
+    assert entry["candidates"] == {V0: None, V1: 0.9, V2: 0.8}
+    assert entry["spread"] == {V0: None, V1: [0.85, 0.95], V2: [0.7, 2.0]}
+    assert (entry["margin"], entry["rounds"]) == (0.03, 30)
+    run = T.TuneRun(gpu=GPU, driver="1", date="d", command="c", rounds=30, results=(r,))
+    row = _row(T.render_table(run), "k")
+    assert row.endswith("failed 0.9000 0.8000 v2 - fallback did not run: smallest median")
+    assert T.validate(T.merge(None, run))["builds"]["b-1"]["kernels"]["k"][0]["config"] == V2
 
 
 def test_kernels_with_one_variant_are_not_timed(tmp_path, announced):
@@ -404,6 +561,9 @@ def test_tune_file_is_merged(tmp_path, announced):
         (8192, V1),
     ]
     assert b["kernels"]["up_proj"][0]["candidates"] == {V0: 1.0, V1: 0.5, V2: 1.0}
+    assert b["kernels"]["up_proj"][0]["spread"] == {V0: [1.0, 1.0], V1: [0.5, 0.5], V2: [1.0, 1.0]}
+    assert (b["kernels"]["up_proj"][0]["margin"], b["kernels"]["up_proj"][0]["rounds"]) == (0.03, 3)
+    assert "margin" not in b["kernels"]["out_proj"][2]  # the old 8192 entry is kept as it was
     assert b["kernels"]["up_proj"][0]["dims"] == STATIC
     chain = runtime.load(d, tuned=out)
     assert chain.selected_variants({"M": 4096}) == {"out_proj": V1, "up_proj": V1}
@@ -442,16 +602,57 @@ def test_tune_command_writes_the_file(tmp_path, announced, monkeypatch):
     monkeypatch.setattr(cli, "_has_gpu", lambda: True)
     real = T.run_tune
 
-    def run_tune(targets, opts, command):
+    def run_tune(targets, opts, command, margin):
         opts = replace(opts, device="cpu")  # inputs drawn on the CPU
-        return real(targets, opts, command, lambda msg: None, announced, (GPU, "999.1"))
+        return real(targets, opts, command, lambda msg: None, announced, (GPU, "999.1"), margin)
 
     monkeypatch.setattr(T, "run_tune", run_tune)
     out = tmp_path / "new" / "dir" / "t.json"
-    res = _cli([str(d), "--m", "64", "--rounds", "2", "--warmup", "1", "--out", str(out)])
+    argv = [str(d), "--m", "64", "--rounds", "2", "--warmup", "1", "--margin", "0.05"]
+    res = _cli([*argv, "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "winner  speedup" in res.output and f"wrote {out}" in res.output
-    assert set(json.loads(out.read_text())["builds"][d.name]["kernels"]) == {"out_proj", "up_proj"}
+    assert "winner  speedup  why" in res.output and f"wrote {out}" in res.output
+    kernels = json.loads(out.read_text())["builds"][d.name]["kernels"]
+    assert set(kernels) == {"out_proj", "up_proj"}
+    e = kernels["out_proj"][0]
+    assert (e["config"], e["margin"], e["rounds"]) == (V0, 0.05, 2)  # every sample 1.0: a tie
+    assert set(e["spread"]) == set(e["candidates"]) == {V0, V1, V2}
+
+
+def test_tune_defaults_30_rounds_and_a_3_percent_margin(tmp_path, monkeypatch, cpu):
+    d, _ = variant_build(tmp_path)
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    seen = {}
+
+    def run_tune(targets, opts, command, margin):
+        seen.update(rounds=opts.rounds, margin=margin)
+        return T.TuneRun(gpu=GPU, driver="", date="", command=command, rounds=opts.rounds)
+
+    monkeypatch.setattr(T, "run_tune", run_tune)
+    res = _cli([str(d)])
+    assert res.exit_code == 0, res.output
+    assert seen == {"rounds": 30, "margin": 0.03} and T.DEFAULT_ROUNDS == 30
+    assert T.Args(targets=()).rounds == 30 and T.Args(targets=()).margin == 0.03
+
+
+@pytest.mark.parametrize("value", ["1", "1.5", "-0.01", "nan"])
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "no-gpu"])
+def test_tune_margin_out_of_range_exits_2(value, gpu, monkeypatch):
+    """Checked before anything runs, GPU or not: exit 2 and one line naming the option."""
+    monkeypatch.setattr(cli, "_has_gpu", lambda: gpu)
+    res = _cli(["x", "--margin", value])
+    assert res.exit_code == 2, res.output
+    assert f"error: --margin {float(value)!r}: must be a fraction at least 0 and below 1" in (
+        res.output
+    )
+    with pytest.raises(ValueError, match="--margin"):
+        T.Args(targets=("x",), margin=float(value))
+
+
+def test_tune_margin_not_a_number_exits_2(monkeypatch):
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    res = _cli(["x", "--margin", "3%"])
+    assert res.exit_code == 2 and "Invalid value for '--margin'" in res.output, res.output
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,8 @@ class LowerCtx:
     pre: LowerCtx | None = None  # the prepass fn's context (plain mode), created on first use
     pre_done: set = field(default_factory=set)  # item indexes already re-lowered into `pre`
     pre_outs: dict = field(default_factory=dict)  # prepass_outs name -> fn2 return expr
+    lanes: dict = field(default_factory=dict)  # pair value expr -> its named fp32 lanes (a, b)
+    names: set = field(default_factory=set)  # temporaries handed out by tmp() and fresh()
 
     # -- names -------------------------------------------------------------------------------
     @staticmethod
@@ -132,7 +134,20 @@ class LowerCtx:
 
     def tmp(self, base: str) -> str:
         self.tmp_count += 1
-        return f"{base}_{self.tmp_count}"
+        name = f"{base}_{self.tmp_count}"
+        self.names.add(name)
+        return name
+
+    def fresh(self, base: str) -> str:
+        """A readable temporary: ``base`` itself unless a value or tensor of this kernel, an
+        operand or an earlier temporary has that name (then ``tmp(base)``)."""
+        values = {r for op in self.step.epilogue for r in op.results}
+        tensors = {t.name for t in self.analysis.tensors}
+        taken = {self.ident(x) for x in values | tensors} | set(self.params) | self.names
+        if base in taken or base in RESERVED or keyword.iskeyword(base) or base.startswith("_"):
+            return self.tmp(base)
+        self.names.add(base)
+        return base
 
     def comment(self, op):
         text = self.src_lines[op.loc.line - 1].strip() if op.loc.line else op.prim

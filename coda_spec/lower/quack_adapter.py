@@ -17,10 +17,21 @@ imported (otherwise the DSL targets sm_100a), disable QuACK's disk cache, and pa
 query (``get_max_active_clusters``; its value is a runtime argument of the exported function
 anyway). Fake operands are CPU ``torch.empty`` tensors with the real dtypes, ranks and majors;
 shapes are symbolic in the compiled function, so any size works at run time.
+
+Epilogue knobs (``BuildConfig.epi_n``, ``c_stages``; docs/build.md): QuACK's sm90 GEMM derives
+the epilogue subtile and the smem split between mainloop (A/B) stages and epilogue C/D stages
+itself, with no argument for either. ``_epilogue_knobs`` overrides the two class-level rules
+(``GemmSm90._compute_tile_shape_or_override`` and ``epi_c_stage_base``) for the duration of one
+compile -- this process compiles one kernel at a time -- and reports the stage split QuACK then
+chose (``stages`` in SYMBOL.compiled.json). The knobs also enter QuACK's compile key through a
+``post_init_attrs`` entry, so two variants that differ only in them never share a compiled
+kernel. tests/test_epilogue_knobs.py fails when QuACK renames what this relies on or changes
+the split it computes for b2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -76,6 +87,42 @@ def _major(x) -> str:
     return "row" if x.stride(-1) == 1 else "col"
 
 
+@contextlib.contextmanager
+def _epilogue_knobs(config: dict):
+    """Apply a config's epilogue knobs to QuACK's sm90 GEMM for one compile; yields a dict that
+    receives the stage split QuACK computed (epi_tile, ab, epi, c)."""
+    from quack.gemm_sm90 import GemmSm90
+
+    saved = {n: GemmSm90.__dict__[n] for n in KNOB_HOOKS}
+    chosen: dict = {}
+    epi_n, c_stages = config.get("epi_n", 0), config.get("c_stages", 0)
+
+    def tile_rule(cta_tile, atom_layout, element_type=None, epi_tile_override=None):
+        default = saved["_compute_tile_shape_or_override"].__func__(
+            cta_tile, atom_layout, element_type, epi_tile_override
+        )
+        return (default[0], epi_n) if epi_n and epi_tile_override is None else default
+
+    def stage_rule(cls, *args, **kwargs):
+        ab, epi, c = saved["_compute_stages"].__func__(cls, *args, **kwargs)
+        chosen.update(epi_tile=list(args[1]), ab=ab, epi=epi, c=c)
+        return ab, epi, c
+
+    GemmSm90._compute_tile_shape_or_override = staticmethod(tile_rule)
+    GemmSm90._compute_stages = classmethod(stage_rule)
+    if c_stages:
+        GemmSm90.epi_c_stage_base = c_stages
+    try:
+        yield chosen
+    finally:
+        for name, value in saved.items():
+            setattr(GemmSm90, name, value)
+
+
+# The QuACK sm90 class attributes ``_epilogue_knobs`` replaces for one compile.
+KNOB_HOOKS = ("_compute_tile_shape_or_override", "_compute_stages", "epi_c_stage_base")
+
+
 def compile_one(mod, k: dict, meta: dict, config: dict):
     """Compile and export one lowered kernel; returns the record for SYMBOL.compiled.json."""
     import cutlass
@@ -101,22 +148,26 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
     fn = getattr(mod, k.get("function", k["symbol"]))  # a variant compiles its fallback's fn
     start = time.perf_counter()
     kwargs = {"epi_key_overrides": overrides} if overrides else {}
-    plan = fn.gemm(
-        a,
-        b,
-        d,
-        c,
-        epi_args=epi,
-        tile_M=config["tile_m"],
-        tile_N=config["tile_n"],
-        cluster_M=config["cluster_m"],
-        cluster_N=config["cluster_n"],
-        pingpong=config["pingpong"],
-        persistent=True,
-        _launch=False,
-        add_to_output=bool(k["add_to"]),
-        **kwargs,
-    )
+    knobs = (config.get("epi_n", 0), config.get("c_stages", 0))
+    if any(knobs):  # a harmless attribute that keeps these variants apart in QuACK's cache key
+        kwargs["post_init_attrs"] = (("coda_epilogue_knobs", knobs),)
+    with _epilogue_knobs(config) as stages:
+        plan = fn.gemm(
+            a,
+            b,
+            d,
+            c,
+            epi_args=epi,
+            tile_M=config["tile_m"],
+            tile_N=config["tile_n"],
+            cluster_M=config["cluster_m"],
+            cluster_N=config["cluster_n"],
+            pingpong=config["pingpong"],
+            persistent=True,
+            _launch=False,
+            add_to_output=bool(k["add_to"]),
+            **kwargs,
+        )
     compile_s = time.perf_counter() - start
     if plan.scheduler_static is None:
         raise RuntimeError(
@@ -133,6 +184,7 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
         },
         "max_swizzle_size": int(plan.max_swizzle_size),
         "gemm_class": plan.gemm_cls.__name__,
+        "stages": stages,
         "compile_s": round(compile_s, 2),
     }
 

@@ -3,6 +3,8 @@
 Generated code calls a few helpers defined in kernel.py's preamble: ``_map(f, v)`` applies a
 scalar function lane-wise to a ``Pair``, ``_div(a, b)`` divides lane-wise. Module aliases:
 ``_qa`` = quack.activation, ``_cm`` = cutlass.cute.math, ``_rot`` = quack.epilogue.rotary.
+A pair's lanes are read through :func:`lanes` (one ``unpack`` per pair, named lanes after that)
+and pairs are built with :func:`let_pack`, so the lanes stay named fp32 values.
 """
 
 from __future__ import annotations
@@ -33,12 +35,29 @@ def unary_lower(template: str):
     return lower
 
 
-def lanes(lc, val, base: str) -> tuple[str, str]:
-    """Emit ``a, b = unpack(val)`` and return the lane names."""
+def lanes(lc, val, base: str = "", names: tuple[str, str] = ("a", "b")) -> tuple[str, str]:
+    """The two fp32 lanes of a pair value, by name.
+
+    A pair whose lanes are already named (unpacked earlier, or built by :func:`let_pack` from
+    two names) reuses them; otherwise this emits ``<base>_<a>, <base>_<b> = unpack(<val>)`` once
+    and remembers them. ``base`` defaults to the value's own name; ``names`` are the lane
+    suffixes (``("g", "u")`` for an interleaved gate/up pair).
+    """
     from coda_spec.lower.emit import LowerError
 
     if val.form != "p":
         raise LowerError("needs adjacent-column pairs here (acc_pair or packed mode)")
-    a, b = lc.tmp(f"{base}_a"), lc.tmp(f"{base}_b")
+    if val.expr in lc.lanes:
+        return lc.lanes[val.expr]
+    base = base or (val.expr if val.expr.isidentifier() else "x")
+    a, b = (lc.fresh(f"{base}_{n}") for n in names)
     lc.line(f"{a}, {b} = unpack({val.expr})")
+    lc.lanes[val.expr] = (a, b)
     return a, b
+
+
+def let_pack(lc, name: str, a: str, b: str):
+    """Emit ``name = pack(a, b)``; when both lanes are names, later readers use them directly."""
+    lc.let(name, f"pack({a}, {b})", "p")
+    if a.isidentifier() and b.isidentifier():
+        lc.lanes[lc.v(name).expr] = (a, b)

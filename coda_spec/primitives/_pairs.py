@@ -125,7 +125,7 @@ def rope_lower(sign: float):
     """Lowering of rope (sign +1) and rope_bwd (-1): QuACK's float-float turns-domain sincos."""
 
     def lower(lc, op):
-        from coda_spec.primitives._lowering import lanes
+        from coda_spec.primitives._lowering import lanes, let_pack
 
         x, pos, freqs = lc.v(op.get(op.prim)), lc.v(op.get("pos")), lc.v(op.get("freqs"))
         if freqs.form != "deferred":
@@ -134,14 +134,13 @@ def rope_lower(sign: float):
         table = lc.param(
             freqs.tensor, "row", f'RowVecLoad("{ident}")', (1, lc.width), "fp32", "turns_table"
         )
-        a, b = lanes(lc, x, "x")
+        a, b = lanes(lc, x)
         s, c = lc.tmp("sin"), lc.tmp("cos")
         lc.line(f"{s}, {c} = _rot._sincos_turns(*_rot._angle_turns({pos.expr}, {table}))")
         if sign > 0:
-            rotated = f"pack({a} * {c} - {b} * {s}, {a} * {s} + {b} * {c})"
+            let_pack(lc, op.results[0], f"{a} * {c} - {b} * {s}", f"{a} * {s} + {b} * {c}")
         else:
-            rotated = f"pack({a} * {c} + {b} * {s}, {b} * {c} - {a} * {s})"
-        lc.let(op.results[0], rotated, "p")
+            let_pack(lc, op.results[0], f"{a} * {c} + {b} * {s}", f"{b} * {c} - {a} * {s}")
 
     return lower
 
@@ -168,19 +167,28 @@ def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: 
     )
 
 
+# quack.activation's gated backward: (x, y, dout) -> (dx, dy, out), fp32 lanes in and out.
+DGATED = {"silu": "dswiglu", "gelu": "dgeglu"}
+
+
 def dgated_lower(act: str):
-    """Lowering of dswiglu / dgeglu in packed-pair mode (z is the 16-bit C operand)."""
+    """Lowering of dswiglu / dgeglu in packed-pair mode (z is the 16-bit C operand), as QuACK's
+    own ``dswiglu_dpreact_mod``: ``g, u = unpack(z)``, ``dg, du, out = dswiglu(g, u, dy)``,
+    ``dz = pack(dg, du)``; dz's lanes stay named for a later reader (a row dot of z and dz)."""
 
     def lower(lc, op):
-        from coda_spec.primitives._lowering import lanes
+        from coda_spec.primitives._lowering import lanes, let_pack
 
-        dy = lc.v(op.get(op.prim))
-        g, u = lanes(lc, lc.v(op.get("z")), "z")
+        dy = lc.vs(op.get(op.prim))
+        if dy.form == "p":
+            raise lc.error("the incoming gradient must be one value per (g, u) pair")
+        g, u = lanes(lc, lc.v(op.get("z")), names=("g", "u"))
         dz, out = op.results
-        a, da = lc.tmp("act"), lc.tmp("dact")
-        lc.line(f"{a}, {da} = _{act}_and_grad({g})")
-        lc.let(dz, f"pack({dy.expr} * {u} * {da}, {dy.expr} * {a})", "p")
-        lc.let(out, f"{a} * {u}", "s")
+        dg, du = lc.fresh(f"{lc.ident(dz)}_g"), lc.fresh(f"{lc.ident(dz)}_u")
+        h = lc.ident(out)
+        lc.line(f"{dg}, {du}, {h} = _qa.{DGATED[act]}({g}, {u}, {dy.expr})")
+        lc.env[out] = lc.val(h, "s")
+        let_pack(lc, dz, dg, du)
 
     return lower
 

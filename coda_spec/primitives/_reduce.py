@@ -202,6 +202,7 @@ def grouped_reduce_lower(lc, op, kind: str):
 def reduce_lower(lc, op, axis: str):
     """Lower reduce_row (axis "row": one value per row, QuACK ColVecReduce) or reduce_col."""
     from coda_spec.lower.emit import Field
+    from coda_spec.primitives._lowering import lanes
 
     kind = op.get(op.prim)
     if op.get("group") is not None:
@@ -219,14 +220,20 @@ def reduce_lower(lc, op, axis: str):
         expr, scaled = f"({a.expr}, {b.expr})", lc.mode == "plain"
         if not scaled:
             expr = f"{a.expr} * {b.expr}"
-    elif kind in ("sumsq", "dot"):
-        a, b = (vals[0], vals[0]) if kind == "sumsq" else vals
-        la, lb = (f"Pair._lift({a.expr})", f"Pair._lift({b.expr})")
-        expr = f"{la}[0] * {lb}[0] + {la}[1] * {lb}[1]"
+    elif paired and kind not in ("sum", "sumsq", "dot"):
+        raise lc.error(f"'{kind}' over paired lanes is not lowered yet")
+    elif paired and lc.mode == "acc_pair":
+        # QuACK's acc_pair sinks take both lanes (two columns): a Pair of per-lane terms
+        a, b = vals[0], vals[-1] if kind == "dot" else vals[0]
+        expr = a.expr if kind == "sum" else f"{a.expr} * {b.expr}"
     elif paired:
-        if kind != "sum":
-            raise lc.error(f"'{kind}' over paired lanes is not lowered yet")
-        expr = f"{vals[0].expr}.a + {vals[0].expr}.b"
+        # packed pairs: one sink value per (even, odd) column pair, so only a row reduction
+        # can fold both lanes; it reads the pairs' named fp32 lanes (a plain value is both)
+        if axis != "row":
+            raise lc.error("a per-column reduction of packed pairs is not lowered")
+        a, b = vals[0], vals[-1] if kind == "dot" else vals[0]
+        (a0, a1), (b0, b1) = (lanes(lc, v) if v.form == "p" else (v.expr,) * 2 for v in (a, b))
+        expr = f"{a0} + {a1}" if kind == "sum" else f"{a0} * {b0} + {a1} * {b1}"
     else:
         expr = vals[0].expr
     if axis == "row":

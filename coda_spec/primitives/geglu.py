@@ -6,7 +6,7 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 
 
 def _lower(lc, op):
-    g, u = lanes(lc, lc.v(op.get("geglu")), op.results[0])
+    g, u = lanes(lc, lc.v(op.get("geglu")), names=("g", "u"))
     lc.let(op.results[0], f"_qa.gelu_tanh_approx({g}) * {u}", "s")
 
 

@@ -6,7 +6,7 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 
 
 def _lower(lc, op):
-    g, u = lanes(lc, lc.v(op.get("swiglu")), op.results[0])
+    g, u = lanes(lc, lc.v(op.get("swiglu")), names=("g", "u"))
     lc.let(op.results[0], f"_qa.silu({g}) * {u}", "s")
 
 

@@ -33,10 +33,11 @@ def _map(f, v):
 
 
 def _div(a, b):
-    """Lane-wise division (Pair has no '/')."""
+    """Lane-wise division (Pair has no '/'); a plain operand divides both lanes."""
     if isinstance(a, Pair) or isinstance(b, Pair):
-        a2, b2 = Pair._lift(a), Pair._lift(b)
-        return Pair(a2[0] / b2[0], a2[1] / b2[1])
+        a0, a1 = a if isinstance(a, Pair) else (a, a)
+        b0, b1 = b if isinstance(b, Pair) else (b, b)
+        return Pair(a0 / b0, a1 / b1)
     return a / b
 
 
@@ -46,22 +47,6 @@ def _round_bf16(x):
 
 def _round_fp16(x):
     return cutlass.Float32(cutlass.Float16(x))
-
-
-def _silu_and_grad(g):
-    """(silu(g), d silu / dg)."""
-    sg = _qa.sigmoid(g)
-    a = g * sg
-    return a, sg + a * (1.0 - sg)
-
-
-def _gelu_and_grad(g):
-    """(gelu_tanh(g), d gelu_tanh / dg)."""
-    k = 0.7978845608028654
-    t = _qa.tanh(k * (g + 0.044715 * g * g * g))
-    return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (
-        1.0 + 0.134145 * g * g
-    )
 
 
 # specs/b2_dgrad_dswiglu.yaml:17: kernel 'dgrad_dswiglu'
@@ -75,11 +60,10 @@ def coda_dgrad_dswiglu(acc, c):
     # specs/b2_dgrad_dswiglu.yaml:20: - {load_tile: z}                        # 2F wide: packed (g, u) pairs, one per acc column
     z = c
     # specs/b2_dgrad_dswiglu.yaml:21: - {dswiglu: acc, z: z, as: [dz, h]}     # dz packed like z (M x 2F); h = silu(g) * u (M x F)
-    z_a_1, z_b_2 = unpack(z)
-    act_3, dact_4 = _silu_and_grad(z_a_1)
-    dz = pack(acc * z_b_2 * dact_4, acc * act_3)
-    h = act_3 * z_b_2
+    z_g, z_u = unpack(z)
+    dz_g, dz_u, h = _qa.dswiglu(z_g, z_u, acc)
+    dz = pack(dz_g, dz_u)
     # specs/b2_dgrad_dswiglu.yaml:22: - {store: dz}
     # specs/b2_dgrad_dswiglu.yaml:23: - {store: h}                            # A operand of the weight gradient dW_down = dY^T h
     # specs/b2_dgrad_dswiglu.yaml:24: - {reduce_row: dot, of: [z, dz], as: zdz_part}   # per N-tile partials of sum_k z_k dz_k
-    return {"D": dz, "h": h, "zdz_part": Pair._lift(z)[0] * Pair._lift(dz)[0] + Pair._lift(z)[1] * Pair._lift(dz)[1]}
+    return {"D": dz, "h": h, "zdz_part": z_g * dz_g + z_u * dz_u}

@@ -33,10 +33,11 @@ def _map(f, v):
 
 
 def _div(a, b):
-    """Lane-wise division (Pair has no '/')."""
+    """Lane-wise division (Pair has no '/'); a plain operand divides both lanes."""
     if isinstance(a, Pair) or isinstance(b, Pair):
-        a2, b2 = Pair._lift(a), Pair._lift(b)
-        return Pair(a2[0] / b2[0], a2[1] / b2[1])
+        a0, a1 = a if isinstance(a, Pair) else (a, a)
+        b0, b1 = b if isinstance(b, Pair) else (b, b)
+        return Pair(a0 / b0, a1 / b1)
     return a / b
 
 
@@ -48,22 +49,6 @@ def _round_fp16(x):
     return cutlass.Float32(cutlass.Float16(x))
 
 
-def _silu_and_grad(g):
-    """(silu(g), d silu / dg)."""
-    sg = _qa.sigmoid(g)
-    a = g * sg
-    return a, sg + a * (1.0 - sg)
-
-
-def _gelu_and_grad(g):
-    """(gelu_tanh(g), d gelu_tanh / dg)."""
-    k = 0.7978845608028654
-    t = _qa.tanh(k * (g + 0.044715 * g * g * g))
-    return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (
-        1.0 + 0.134145 * g * g
-    )
-
-
 # specs/f6_rope.yaml:23: kernel 'qkv_rope'
 @gemm_epilogue(
     ops={"pos": ColVecLoad("pos"), "freqs": RowVecLoad("freqs")},
@@ -73,8 +58,8 @@ def coda_qkv_rope(acc, pos, freqs):
     # specs/f6_rope.yaml:26: - {load_col: pos}                  # int32 position, converted to fp32
     # specs/f6_rope.yaml:27: - {load_row: freqs}                # width 3D/2: one per pair
     # specs/f6_rope.yaml:28: - {rope: acc, pos: pos, freqs: freqs, as: qkv}
-    x_a_1, x_b_2 = unpack(acc)
-    sin_3, cos_4 = _rot._sincos_turns(*_rot._angle_turns(pos, freqs))
-    qkv = pack(x_a_1 * cos_4 - x_b_2 * sin_3, x_a_1 * sin_3 + x_b_2 * cos_4)
+    acc_a, acc_b = unpack(acc)
+    sin_1, cos_2 = _rot._sincos_turns(*_rot._angle_turns(pos, freqs))
+    qkv = pack(acc_a * cos_2 - acc_b * sin_1, acc_a * sin_1 + acc_b * cos_2)
     # specs/f6_rope.yaml:29: - {store: qkv}
     return {"D": qkv}

@@ -33,10 +33,11 @@ def _map(f, v):
 
 
 def _div(a, b):
-    """Lane-wise division (Pair has no '/')."""
+    """Lane-wise division (Pair has no '/'); a plain operand divides both lanes."""
     if isinstance(a, Pair) or isinstance(b, Pair):
-        a2, b2 = Pair._lift(a), Pair._lift(b)
-        return Pair(a2[0] / b2[0], a2[1] / b2[1])
+        a0, a1 = a if isinstance(a, Pair) else (a, a)
+        b0, b1 = b if isinstance(b, Pair) else (b, b)
+        return Pair(a0 / b0, a1 / b1)
     return a / b
 
 
@@ -48,22 +49,6 @@ def _round_fp16(x):
     return cutlass.Float32(cutlass.Float16(x))
 
 
-def _silu_and_grad(g):
-    """(silu(g), d silu / dg)."""
-    sg = _qa.sigmoid(g)
-    a = g * sg
-    return a, sg + a * (1.0 - sg)
-
-
-def _gelu_and_grad(g):
-    """(gelu_tanh(g), d gelu_tanh / dg)."""
-    k = 0.7978845608028654
-    t = _qa.tanh(k * (g + 0.044715 * g * g * g))
-    return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (
-        1.0 + 0.134145 * g * g
-    )
-
-
 # specs/f6_swiglu.yaml:15: kernel 'gate_up_swiglu'
 @gemm_epilogue(
     ops={},
@@ -73,7 +58,7 @@ def _gelu_and_grad(g):
 def coda_gate_up_swiglu(acc):
     # specs/f6_swiglu.yaml:18: - {store: acc, to: z}              # saved pre-activation (M x 2F)
     # specs/f6_swiglu.yaml:19: - {swiglu: acc, as: out}           # silu(acc[:, 0::2]) * acc[:, 1::2]  (M x F)
-    out_a_1, out_b_2 = unpack(acc)
-    out = _qa.silu(out_a_1) * out_b_2
+    acc_g, acc_u = unpack(acc)
+    out = _qa.silu(acc_g) * acc_u
     # specs/f6_swiglu.yaml:20: - {store: out}
     return {"D": acc, "out": out}

@@ -33,10 +33,11 @@ def _map(f, v):
 
 
 def _div(a, b):
-    """Lane-wise division (Pair has no '/')."""
+    """Lane-wise division (Pair has no '/'); a plain operand divides both lanes."""
     if isinstance(a, Pair) or isinstance(b, Pair):
-        a2, b2 = Pair._lift(a), Pair._lift(b)
-        return Pair(a2[0] / b2[0], a2[1] / b2[1])
+        a0, a1 = a if isinstance(a, Pair) else (a, a)
+        b0, b1 = b if isinstance(b, Pair) else (b, b)
+        return Pair(a0 / b0, a1 / b1)
     return a / b
 
 
@@ -46,22 +47,6 @@ def _round_bf16(x):
 
 def _round_fp16(x):
     return cutlass.Float32(cutlass.Float16(x))
-
-
-def _silu_and_grad(g):
-    """(silu(g), d silu / dg)."""
-    sg = _qa.sigmoid(g)
-    a = g * sg
-    return a, sg + a * (1.0 - sg)
-
-
-def _gelu_and_grad(g):
-    """(gelu_tanh(g), d gelu_tanh / dg)."""
-    k = 0.7978845608028654
-    t = _qa.tanh(k * (g + 0.044715 * g * g * g))
-    return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (
-        1.0 + 0.134145 * g * g
-    )
 
 
 # specs/f7_qk_norm_rope.yaml:29: kernel 'qk_norm_rope'
@@ -111,8 +96,8 @@ def coda_qk_norm_rope(acc, ms_acc, r, wn, pos, freqs):
     # specs/f7_qk_norm_rope.yaml:42: - {load_col: pos}
     # specs/f7_qk_norm_rope.yaml:43: - {load_row: freqs}
     # specs/f7_qk_norm_rope.yaml:44: - {rope: zw, pos: pos, freqs: freqs, as: qk}
-    x_a_1, x_b_2 = unpack(zw)
-    sin_3, cos_4 = _rot._sincos_turns(*_rot._angle_turns(pos, freqs))
-    qk = pack(x_a_1 * cos_4 - x_b_2 * sin_3, x_a_1 * sin_3 + x_b_2 * cos_4)
+    zw_a, zw_b = unpack(zw)
+    sin_1, cos_2 = _rot._sincos_turns(*_rot._angle_turns(pos, freqs))
+    qk = pack(zw_a * cos_2 - zw_b * sin_1, zw_a * sin_1 + zw_b * cos_2)
     # specs/f7_qk_norm_rope.yaml:45: - {store: qk}
     return {"D": qk}

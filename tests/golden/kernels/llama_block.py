@@ -33,10 +33,11 @@ def _map(f, v):
 
 
 def _div(a, b):
-    """Lane-wise division (Pair has no '/')."""
+    """Lane-wise division (Pair has no '/'); a plain operand divides both lanes."""
     if isinstance(a, Pair) or isinstance(b, Pair):
-        a2, b2 = Pair._lift(a), Pair._lift(b)
-        return Pair(a2[0] / b2[0], a2[1] / b2[1])
+        a0, a1 = a if isinstance(a, Pair) else (a, a)
+        b0, b1 = b if isinstance(b, Pair) else (b, b)
+        return Pair(a0 / b0, a1 / b1)
     return a / b
 
 
@@ -46,22 +47,6 @@ def _round_bf16(x):
 
 def _round_fp16(x):
     return cutlass.Float32(cutlass.Float16(x))
-
-
-def _silu_and_grad(g):
-    """(silu(g), d silu / dg)."""
-    sg = _qa.sigmoid(g)
-    a = g * sg
-    return a, sg + a * (1.0 - sg)
-
-
-def _gelu_and_grad(g):
-    """(gelu_tanh(g), d gelu_tanh / dg)."""
-    k = 0.7978845608028654
-    t = _qa.tanh(k * (g + 0.044715 * g * g * g))
-    return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (
-        1.0 + 0.134145 * g * g
-    )
 
 
 # specs/llama_block.yaml:26: kernel 'out_proj'
@@ -95,8 +80,8 @@ def coda_gate_up(acc, r1):
     z1 = acc * r1
     # specs/llama_block.yaml:42: - {store: z1}                           # saved pre-activation (for dSwiGLU)
     # specs/llama_block.yaml:43: - {swiglu: z1, as: act}                 # silu(gate) * up on adjacent pairs, F wide
-    act_a_1, act_b_2 = unpack(z1)
-    act = _qa.silu(act_a_1) * act_b_2
+    z1_g, z1_u = unpack(z1)
+    act = _qa.silu(z1_g) * z1_u
     # specs/llama_block.yaml:44: - {store: act}
     return {"D": z1, "act": act}
 
@@ -132,9 +117,9 @@ def coda_qkv_rope(acc, r2, pos, freqs):
     # specs/llama_block.yaml:61: - {load_col: pos}
     # specs/llama_block.yaml:62: - {load_row: freqs}
     # specs/llama_block.yaml:63: - {rope: zq, pos: pos, freqs: freqs, as: qkv}   # (a, b) -> (a cos - b sin, a sin + b cos)
-    x_a_1, x_b_2 = unpack(zq)
-    sin_3, cos_4 = _rot._sincos_turns(*_rot._angle_turns(pos, freqs))
-    qkv = pack(x_a_1 * cos_4 - x_b_2 * sin_3, x_a_1 * sin_3 + x_b_2 * cos_4)
+    zq_a, zq_b = unpack(zq)
+    sin_1, cos_2 = _rot._sincos_turns(*_rot._angle_turns(pos, freqs))
+    qkv = pack(zq_a * cos_2 - zq_b * sin_1, zq_a * sin_1 + zq_b * cos_2)
     # specs/llama_block.yaml:64: - {store: qkv}
     return {"D": qkv}
 
@@ -193,14 +178,13 @@ def coda_dgrad_down_dswiglu(acc, c):
     # specs/llama_block.yaml:127: - {load_tile: z1}                     # packed (gate, up) pairs, 2F wide
     z1 = c
     # specs/llama_block.yaml:128: - {dswiglu: acc, z: z1, as: [dz1, act_r]}   # dz1 packed like z1; act_r = silu(g)*u recomputed
-    z_a_1, z_b_2 = unpack(z1)
-    act_3, dact_4 = _silu_and_grad(z_a_1)
-    dz1 = pack(acc * z_b_2 * dact_4, acc * act_3)
-    act_r = act_3 * z_b_2
+    z1_g, z1_u = unpack(z1)
+    dz1_g, dz1_u, act_r = _qa.dswiglu(z1_g, z1_u, acc)
+    dz1 = pack(dz1_g, dz1_u)
     # specs/llama_block.yaml:129: - {store: dz1}
     # specs/llama_block.yaml:130: - {store: act_r}
     # specs/llama_block.yaml:131: - {reduce_row: dot, of: [z1, dz1], as: zdz1_part}
-    return {"D": dz1, "act_r": act_r, "zdz1_part": Pair._lift(z1)[0] * Pair._lift(dz1)[0] + Pair._lift(z1)[1] * Pair._lift(dz1)[1]}
+    return {"D": dz1, "act_r": act_r, "zdz1_part": z1_g * dz1_g + z1_u * dz1_u}
 
 
 # specs/llama_block.yaml:133: kernel 'wgrad_down'
