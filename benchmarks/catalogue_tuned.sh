@@ -1,47 +1,47 @@
 #!/usr/bin/env bash
 # The whole catalogue tuned and untuned at D = 2048/4096/8192, M = 16384 (issue 9's tables), on
-# the lent H200, in two device calls (each fits the tool's 10-minute limit). Here (no GPU):
+# the lent H200, over a few device calls (each must fit the tool's 10-minute limit). Here:
 #   coda build specs/*.yaml -o build/cands --config "$(cat benchmarks/catalogue_candidates.txt)"
 #   bash benchmarks/stage_builds.sh build/cands build/stage
 # then on the device, with carry [".device", "build/stage"]:
-#   bash benchmarks/catalogue_tuned.sh tuned     # coda tune of every build, then coda bench
-#                                                # with the tune file: $OUT/tuned.tar.gz
-#   bash benchmarks/catalogue_tuned.sh untuned   # coda bench of the same builds with no tune
-#                                                # file (every kernel at its fallback, the
-#                                                # default config), then coda verify of VERIFY
-# Compare here: coda bench untuned/bench.json --compare ... or read both tables.
-# ROUNDS (bench, default 10), TUNE_ROUNDS (default 30) and VERIFY override the defaults.
+#   bash benchmarks/catalogue_tuned.sh tune              # coda tune of every build at the three
+#                                                        # widths -> $OUT/tuned/h200.json
+#   (copy it to tuned/h200.json in the repository: the runtime's default search path)
+#   bash benchmarks/catalogue_tuned.sh bench tuned 2048  # coda bench, tuned, with baselines
+#   bash benchmarks/catalogue_tuned.sh bench untuned 2048,4096,8192 none
+#                                                        # every kernel at its fallback (the
+#                                                        # default config), coda and SoL only
+# Each step packs its files into $OUT/<step>.tar.gz. ROUNDS (bench, default 10) and TUNE_ROUNDS
+# (default 30) override the defaults.
 set -o pipefail
-mode=${1:?usage: catalogue_tuned.sh tuned|untuned}
 [ -n "${CODA_SETUP_DONE:-}" ] || source .device/setup.sh
 out=${OUT:-/tmp/coda-cat}
 root=${ROOT:-build/stage}
-mkdir -p "$out/$mode"
 builds=("$root"/*-[0-9a-f]*)
-bench() {
-  timeout ${BENCH_S:-400} python3 -m coda_spec.cli bench "${builds[@]}" --width 2048,4096,8192 \
-    --m 16384 --rounds "${ROUNDS:-10}" --no-kernels --out "$out/$mode/bench" \
-    > "$out/$mode/bench.log" 2>&1
-  echo "bench exit $?" >> "$out/$mode/bench.log"
-  grep -E "^[a-z0-9_]+ +M=|^[ !] +(fwd|bwd|fwd\+bwd)|exit" "$out/$mode/bench.log" | tail -80
-}
-if [ "$mode" = tuned ]; then
-  timeout ${TUNE_S:-200} python3 -m coda_spec.cli tune "${builds[@]}" --width 2048,4096,8192 \
-    --m 16384 --rounds "${TUNE_ROUNDS:-30}" --out "$out/tuned/h200.json" \
-    > "$out/tuned/tune.log" 2>&1
-  echo "tune exit $?" >> "$out/tuned/tune.log"
-  grep -E "exit|winner|fallback kept|won by" "$out/tuned/tune.log" | tail -5
-  CODA_TUNED="$out/tuned/h200.json" bench
-else
-  mkdir -p "$out/empty-tune-dir"
-  CODA_TUNED="$out/empty-tune-dir" bench
-  if [ -n "${VERIFY:-}" ]; then
-    v=(); for s in $VERIFY; do v+=("$root"/$s-[0-9a-f]*); done
-    timeout ${VERIFY_S:-150} python3 -m coda_spec.cli verify "${v[@]}" --seed 20261201 \
-      > "$out/untuned/verify.log" 2>&1
-    echo "verify exit $?" >> "$out/untuned/verify.log"
-    grep -E "=> |exit" "$out/untuned/verify.log" | tail -12
-  fi
-fi
-tar -czf "$out/$mode.tar.gz" -C "$out" "$mode"
-rm -rf "${out:?}/$mode"
+case ${1:?usage: catalogue_tuned.sh tune | bench tuned|untuned WIDTHS [BASELINES]} in
+tune)
+  name=tune
+  mkdir -p "$out/$name"
+  timeout ${TUNE_S:-330} python3 -m coda_spec.cli tune "${builds[@]}" --width 2048,4096,8192 \
+    --m 16384 --rounds "${TUNE_ROUNDS:-30}" --out "$out/$name/h200.json" \
+    > "$out/$name/tune.log" 2>&1
+  echo "tune exit $?" >> "$out/$name/tune.log"
+  tail -4 "$out/$name/tune.log"
+  cp "$out/$name/h200.json" "$out/h200.json" 2>/dev/null
+  ;;
+bench)
+  mode=${2:?tuned or untuned}
+  widths=${3:?widths, e.g. 2048,4096}
+  name=bench-$mode-${widths//,/_}
+  mkdir -p "$out/$name" "$out/empty-tune-dir"
+  tuned=${TUNED_FILE:-tuned/h200.json}
+  [ "$mode" = untuned ] && tuned=$out/empty-tune-dir
+  CODA_TUNED=$tuned timeout ${BENCH_S:-540} python3 -m coda_spec.cli bench "${builds[@]}" \
+    --width "$widths" --m 16384 --rounds "${ROUNDS:-10}" --no-kernels \
+    --baselines "${4:-eager,compile,liger}" --out "$out/$name" > "$out/$name/bench.log" 2>&1
+  echo "bench exit $?" >> "$out/$name/bench.log"
+  grep -E "^[a-z0-9_]+ +M=|^[ !] +(fwd|bwd|fwd\+bwd) |exit" "$out/$name/bench.log" | tail -70
+  ;;
+esac
+tar -czf "$out/$name.tar.gz" -C "$out" "$name"
+rm -rf "${out:?}/$name" "$out/empty-tune-dir"

@@ -16,8 +16,9 @@ can be checked in.
 
 Method (the one ``coda bench`` uses, ``coda_spec.bench.timing``): per build, per shape (``--m``,
 ``--dims``, ``--width``, the bench rules), the chain runs once on drawn inputs to produce every
-tensor; then each kernel step with more than one variant is timed alone (``Chain.steps_fn`` of a
-chain forced to that variant, ``Chain.with_variants``): every variant of that kernel in the same
+tensor; then each kernel step with more than one variant is timed with the finalizes that fold
+its partials (:func:`timed_steps`; ``Chain.steps_fn`` of a chain forced to that variant,
+``Chain.with_variants``): every variant of that kernel in the same
 interleaved rounds (``--rounds``, default 30), an L2 flush before each sample, warm-up outside
 the timing. The pick (:func:`pick_winner`, the one place the rule lives): a variant other than the
 fallback wins only if its median is at least ``--margin`` (default 3%) below the fallback's and its
@@ -389,6 +390,16 @@ def variant_steps(chain) -> list[dict]:
     ]
 
 
+def timed_steps(manifest: dict, step: dict) -> list[dict]:
+    """What one variant's time covers: the kernel step and the finalizes that fold its
+    partial buffers (``links``). Their cost depends on the variant -- a tile half as wide writes
+    twice the partial columns for the finalize to read -- so timing the kernel alone can pick a
+    variant that makes the chain slower (b1 at D = 2048 on the H200, docs/tuning.md)."""
+    steps = list(manifest["steps"]) + list(manifest.get("backward_steps", []))
+    fed = {link["to"] for link in manifest.get("links", []) if link["from"] == step["name"]}
+    return [step] + [s for s in steps if s["kind"] == "finalize" and s["name"] in fed]
+
+
 def tune_shape(
     chain, checked, sizes: dict, opts, clock, progress, margin: float = DEFAULT_MARGIN
 ) -> list[KernelTune]:
@@ -417,7 +428,9 @@ def tune_shape(
             continue
         names = tuple(chain.variant_names(s["name"]))
         cands = {
-            n: chain.with_variants({s["name"]: i}).steps_fn(env, sizes, [s])
+            n: chain.with_variants({s["name"]: i}).steps_fn(
+                env, sizes, timed_steps(chain.manifest, s)
+            )
             for i, n in enumerate(names)
         }
         t0 = time.perf_counter()

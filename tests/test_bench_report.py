@@ -18,7 +18,14 @@ import pytest
 
 from coda_spec.bench import model
 from coda_spec.bench.model import BenchRun, Case, Device, KernelTimed, Stats, Timed
-from coda_spec.bench.report import csv_text, plot, render_compare, render_table, write_outputs
+from coda_spec.bench.report import (
+    csv_text,
+    plot,
+    render_compare,
+    render_markdown,
+    render_table,
+    write_outputs,
+)
 from coda_spec.errors import ToolError
 
 F3 = {"M": 16384, "D": 4096, "F": 11008}
@@ -415,3 +422,28 @@ def test_plot_without_matplotlib(run, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     with pytest.raises(ToolError, match=r"pip install 'coda-spec\[bench\]'"):
         plot(run, tmp_path)
+
+
+def _md_rows(run: BenchRun) -> list[str]:
+    return [line for line in render_markdown(run).splitlines() if line.startswith("| f3")]
+
+
+def test_markdown_a_tuned_run_is_one_row_per_chain_and_direction(run):
+    """Tuned: each shape ran its own config; the summary still has one row per chain."""
+    fwd = run.cases[0]
+    wide = replace(fwd, dims={**F3, "D": 8192}, config="128x128,cluster=2x1,pingpong")
+    rows = _md_rows(
+        replace(run, cases=(replace(fwd, config="128x256,cluster=2x1,cooperative"), wide))
+    )
+    assert len(rows) == 1 and rows[0].startswith("| f3_norm_swiglu | fwd | ")
+
+
+def test_markdown_a_config_sweep_keeps_a_row_per_config(run):
+    fwd = run.cases[0]
+    a = replace(fwd, config="128x256,cluster=2x1,cooperative")
+    b = replace(fwd, config="128x128,cluster=2x1,pingpong")
+    rows = _md_rows(replace(run, cases=(a, b)))
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| f3_norm_swiglu [128x256,cluster=2x1,cooperative]",
+        "| f3_norm_swiglu [128x128,cluster=2x1,pingpong]",
+    ]

@@ -790,3 +790,30 @@ def test_resized_manifest_relowers_each_variant(tmp_path, monkeypatch):
     assert shapes == {V0: ("M", 1), V1: ("M", 2)}
     assert next(f["shape"] for f in step["fields"] if f["tensor"] == "ss") == ("M", 1)
     assert len(m["steps"][0]["variants"]) == 3  # the build's own manifest is untouched
+
+
+def test_a_variant_is_timed_with_the_finalizes_of_its_partials(tmp_path, announced, monkeypatch):
+    """A narrower tile writes more partial columns for the finalize to fold, so the finalize's
+    cost belongs to the variant: out_proj is timed with finalize_r, up_proj alone."""
+    d, _ = variant_build(tmp_path)
+    manifest = runtime.load(d, tuned=False).manifest
+    step = {s["name"]: s for s in manifest["steps"]}
+    assert [s["name"] for s in T.timed_steps(manifest, step["out_proj"])] == [
+        "out_proj",
+        "finalize_r",
+    ]
+    assert [s["name"] for s in T.timed_steps(manifest, step["up_proj"])] == ["up_proj"]
+    folded = []
+    real = Chain._finalize
+
+    def finalize(self, step, env, sizes, partials):
+        folded.append((step["name"], sorted(partials)))
+        return real(self, step, env, sizes, partials)
+
+    monkeypatch.setattr(Chain, "_finalize", finalize)
+    for v in (V0, V1, V2):
+        announced.script["out_proj", v] = [1.0] * 4
+        announced.script["up_proj", v] = [1.0] * 4
+    _tune(d, announced)
+    timed = folded[1:]  # the first: the chain's own run that produces every tensor
+    assert timed and all(name == "finalize_r" and parts == ["ss"] for name, parts in timed)

@@ -371,10 +371,13 @@ def render_markdown(run: BenchRun) -> str:
     )
     col = lambda c: " ".join(f"{k}={c.dims[k]}" for k in common)  # noqa: E731
     cols = list(dict.fromkeys(col(c) for c in run.cases))
+    # A chain gets one row per config only in a sweep (the same shape run at several configs);
+    # a tuned run, whose config differs from shape to shape, stays one row per chain.
     configs: dict = {}
     for c in run.cases:
-        configs.setdefault(c.chain, set()).add(c.config)
-    label = lambda c: c.chain + (f" [{c.config}]" if len(configs[c.chain]) > 1 else "")  # noqa: E731
+        configs.setdefault((c.chain, col(c), c.direction), set()).add(c.config)
+    sweep = {chain for (chain, _, _), seen in configs.items() if len(seen) > 1}
+    label = lambda c: c.chain + (f" [{c.config}]" if c.chain in sweep else "")  # noqa: E731
     rows: dict = {}
     for c in run.cases:
         rows.setdefault((label(c), c.direction), {})[col(c)] = c
