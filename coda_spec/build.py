@@ -180,6 +180,7 @@ def _run_stages(path, checked, lowered, variants, tmp: Path, opts, log) -> bool:
     symbols = [v.symbol for vs in variants.values() for v in vs]
     records = compile_kernels(path, checked, tmp, symbols, opts, log)
     records = _drop_spilling(path, tmp, records, variants, log)
+    _note_starved(path, records, log)
     if opts.stop_after == "compile":
         return False
     so = link(tmp, checked.spec.name, [r["symbol"] for r in records], log) if records else None
@@ -208,6 +209,28 @@ def _drop_spilling(path, tmp: Path, records: list, variants: dict, log) -> list:
             _say(f"{path}: warning: fallback {r['symbol']} spills ({n} STL/LDL)", log)
         kept.append(r)
     return kept
+
+
+# Below this many mainloop (A/B) stages a TMA load's latency is not hidden behind the WGMMAs of
+# the stages ahead: b2's default kernel had 2 and spent 78% of its stall samples waiting for
+# operands (docs/benchmarks.md, "b2's epilogue stages").
+MIN_AB_STAGES = 3
+
+
+def _note_starved(path, records: list, log) -> None:
+    """A note for each compiled kernel whose epilogue leaves the mainloop fewer than
+    ``MIN_AB_STAGES`` A/B stages (QuACK's smem split, ``stages`` in SYMBOL.compiled.json)."""
+    for r in records:
+        st = r.get("stages") or {}
+        if st.get("ab") is not None and st["ab"] < MIN_AB_STAGES:
+            tile = "x".join(str(x) for x in st.get("epi_tile", ()))
+            _say(
+                f"{path}: note: {r['symbol']}: its epilogue leaves the mainloop {st['ab']} A/B "
+                f"stage(s) (C {st['c']}, D {st['epi']} at a {tile} subtile); a candidate with "
+                "epi=16 or cstages=2 gets 3 (docs/build.md, Epilogue knobs), and coda tune can "
+                "pick it",
+                log,
+            )
 
 
 def lowered_json(checked, lowered, configs, variants: dict | None = None) -> dict:

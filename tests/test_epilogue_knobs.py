@@ -123,3 +123,12 @@ def test_the_knobs_leave_quack_as_they_found_it(b2_knob_build):
     with _epilogue_knobs({"epi_n": 16, "c_stages": 2}):
         assert GemmSm90.__dict__["epi_c_stage_base"] == 2
     assert {n: GemmSm90.__dict__[n] for n in KNOB_HOOKS} == before
+
+
+def test_the_build_notes_a_starved_mainloop(b2_knob_build):
+    """Only the default variant (2 A/B stages) gets the note, with the fix named."""
+    log = (b2_knob_build.directory / "build.log").read_text()
+    notes = [line for line in log.splitlines() if "A/B stage(s)" in line]
+    assert len(notes) == 1, notes
+    assert "coda_dgrad_dswiglu: its epilogue leaves the mainloop 2 A/B stage(s)" in notes[0]
+    assert "C 5, D 2 at a 128x32 subtile" in notes[0] and "epi=16 or cstages=2" in notes[0]
