@@ -31,6 +31,8 @@ from coda_spec.errors import (
     ToolError,
     render_text,
 )
+from coda_spec.tune import DEFAULT_MARGIN as TUNE_MARGIN
+from coda_spec.tune import DEFAULT_ROUNDS as TUNE_ROUNDS
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -522,9 +524,8 @@ def bench(
 
 @main.command(
     short_help="Pick each kernel's fastest tile-config variant per shape.",
-    # more rounds than bench's 20: picks within a few percent need them (docs/tuning.md);
-    # keep equal to coda_spec.tune.DEFAULT_ROUNDS
-    context_settings={"default_map": {"rounds": 30}},
+    # more rounds than bench's 20: picks within a few percent need them (docs/tuning.md)
+    context_settings={"default_map": {"rounds": TUNE_ROUNDS}},
 )
 @click.argument("targets", nargs=-1, required=True)
 @_timing_options
@@ -536,7 +537,7 @@ def bench(
 @click.option(
     "--margin",
     type=float,
-    default=0.03,
+    default=TUNE_MARGIN,
     show_default=True,
     help="A variant replaces the fallback only if its median is this fraction below the "
     "fallback's (and its p80 below the fallback's median); 0 <= margin < 1.",

@@ -121,10 +121,11 @@ AUTO = tuple(
 
 def config_text(key: dict) -> str:
     """A config (``BuildConfig.key()``, a manifest's ``config``) in ``--config`` syntax."""
-    return _spell(key, "{m}x{n},cluster={cm}x{cn},{sched}", ("cooperative", "pingpong"), ",")
+    head = "{m}x{n},cluster={cm}x{cn},{sched}"
+    return _spell(key, head, ("cooperative", "pingpong"), ",epi={}", ",cstages={}")
 
 
-def _spell(key: dict, head: str, schedules: tuple, sep: str) -> str:
+def _spell(key: dict, head: str, schedules: tuple, epi: str, cstages: str) -> str:
     """``config_text`` / ``config_tag``: the head, then each epilogue knob that is set."""
     text = head.format(
         m=key["tile_m"],
@@ -134,9 +135,9 @@ def _spell(key: dict, head: str, schedules: tuple, sep: str) -> str:
         sched=schedules[bool(key["pingpong"])],
     )
     if key.get("epi_n"):
-        text += f"{sep}epi={key['epi_n']}" if sep == "," else f"{sep}e{key['epi_n']}"
+        text += epi.format(key["epi_n"])
     if key.get("c_stages"):
-        text += f"{sep}cstages={key['c_stages']}" if sep == "," else f"{sep}cs{key['c_stages']}"
+        text += cstages.format(key["c_stages"])
     return text
 
 
@@ -183,4 +184,4 @@ def parse_configs(text: str | None) -> tuple[BuildConfig, ...]:
 
 def config_tag(key: dict) -> str:
     """A config as a symbol suffix: ``128x128_c2x1_pp``, ``128x256_c2x1_coop_e16_cs2``."""
-    return _spell(key, "{m}x{n}_c{cm}x{cn}_{sched}", ("coop", "pp"), "_")
+    return _spell(key, "{m}x{n}_c{cm}x{cn}_{sched}", ("coop", "pp"), "_e{}", "_cs{}")

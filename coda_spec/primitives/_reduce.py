@@ -222,18 +222,18 @@ def reduce_lower(lc, op, axis: str):
             expr = f"{a.expr} * {b.expr}"
     elif paired and kind not in ("sum", "sumsq", "dot"):
         raise lc.error(f"'{kind}' over paired lanes is not lowered yet")
-    elif paired and lc.mode == "acc_pair":
-        # QuACK's acc_pair sinks take both lanes (two columns): a Pair of per-lane terms
-        a, b = vals[0], vals[-1] if kind == "dot" else vals[0]
-        expr = a.expr if kind == "sum" else f"{a.expr} * {b.expr}"
     elif paired:
-        # packed pairs: one sink value per (even, odd) column pair, so only a row reduction
-        # can fold both lanes; it reads the pairs' named fp32 lanes (a plain value is both)
-        if axis != "row":
-            raise lc.error("a per-column reduction of packed pairs is not lowered")
-        a, b = vals[0], vals[-1] if kind == "dot" else vals[0]
-        (a0, a1), (b0, b1) = (lanes(lc, v) if v.form == "p" else (v.expr,) * 2 for v in (a, b))
-        expr = f"{a0} + {a1}" if kind == "sum" else f"{a0} * {b0} + {a1} * {b1}"
+        a, b = vals[0], (vals[-1] if kind == "dot" else vals[0])  # sum reads a only
+        if lc.mode == "acc_pair":
+            # QuACK's acc_pair sinks take both lanes (two columns): a Pair of per-lane terms
+            expr = a.expr if kind == "sum" else f"{a.expr} * {b.expr}"
+        else:
+            # packed pairs: one sink value per (even, odd) column pair, so only a row reduction
+            # can fold both lanes; it reads the pairs' named fp32 lanes (a plain value is both)
+            if axis != "row":
+                raise lc.error("a per-column reduction of packed pairs is not lowered")
+            (a0, a1), (b0, b1) = (lanes(lc, v) if v.form == "p" else (v.expr,) * 2 for v in (a, b))
+            expr = f"{a0} + {a1}" if kind == "sum" else f"{a0} * {b0} + {a1} * {b1}"
     else:
         expr = vals[0].expr
     if axis == "row":
