@@ -46,6 +46,9 @@ from pathlib import Path
 FORMAT_VERSION = 4  # 2: grads_in, backward_outputs; 3: inputs[].required; 4: variants
 READABLE_FORMATS = (2, 3, 4)  # a format-2 manifest reads as "every input required"
 MANIFEST = "manifest.json"
+# a reduction -> how its partials fold (the first fold finalize allows; primitives/_reduce.py)
+FOLD_OF = {"sum": "sum", "sumsq": "sum", "dot": "sum", "max": "max", "absmax": "max"}
+FOLD_OF["logsumexp"] = "logsumexp"
 
 
 def compiler_lib_dirs() -> list[tuple[str, str]]:
@@ -97,6 +100,7 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
             compile_s=rec["compile_s"],
             object_bytes=rec["object_bytes"],
             line=step.loc.line,
+            acc_only=_acc_only(step),
         )
         listed = lowered.get("variants", {}).get(step.name) or [
             {"config": lowered["config"], "symbol": k["symbol"], "fields": k["fields"]}
@@ -128,8 +132,19 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
         "reads": list(info.reads),
         "writes": list(info.writes),
         "line": step.loc.line,
-        "note": "runs in torch (coda_spec.reference) in v1",
+        "partials": {  # partial -> its fold (what a reduction over zero rows gives)
+            t: FOLD_OF[analysis.tensor(t).partial[1]]
+            for t in info.writes
+            if analysis.tensor(t).origin == "partial"
+        },
     }
+
+
+def _acc_only(step) -> bool:
+    """Whether a kernel's epilogue is ``store acc`` alone (a GEMM with an empty K then writes
+    zeros; the runtime needs no launch for that)."""
+    ops = list(step.epilogue)
+    return len(ops) == 1 and ops[0].prim == "store" and ops[0].get("store") == "acc"
 
 
 def step_reads(checked) -> set:
@@ -239,20 +254,42 @@ def read_manifest(directory) -> dict:
     return data
 
 
-def eval_shape(shape, sizes: dict) -> tuple:
-    """Concrete sizes of a manifest shape expression."""
-    out = []
+def shape_fn(shape):
+    """A manifest shape expression compiled once: a function of ``sizes`` giving concrete
+    sizes. Entries are ints, dim names, ``cdiv(<dim>,<int>)`` (partial buffers) or decimal
+    strings."""
+    parts = []
     for d in shape:
         if isinstance(d, int):
-            out.append(d)
+            parts.append((0, d, 1))
         elif isinstance(d, str) and d.startswith("cdiv("):
             a, b = d[5:-1].split(",")
-            out.append(-(-eval_shape([a.strip()], sizes)[0] // int(b)))
+            a = a.strip()
+            parts.append((1, int(a), int(b)) if a.lstrip("-").isdigit() else (2, a, int(b)))
         elif isinstance(d, str) and d.lstrip("-").isdigit():
-            out.append(int(d))
+            parts.append((0, int(d), 1))
         else:
-            out.append(int(sizes[d]))
-    return tuple(out)
+            parts.append((3, d, 1))
+
+    def at(sizes: dict) -> tuple:
+        out = []
+        for kind, x, div in parts:
+            if kind == 0:
+                out.append(x)
+            elif kind == 1:
+                out.append(-(-x // div))
+            elif kind == 2:
+                out.append(-(-int(sizes[x]) // div))
+            else:
+                out.append(int(sizes[x]))
+        return tuple(out)
+
+    return at
+
+
+def eval_shape(shape, sizes: dict) -> tuple:
+    """Concrete sizes of a manifest shape expression."""
+    return shape_fn(shape)(sizes)
 
 
 def gemm_extents(manifest: dict, step: dict, sizes: dict) -> tuple[int, int, int]:

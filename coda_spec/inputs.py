@@ -16,9 +16,9 @@ import math
 import torch
 
 from coda_spec import dims as dimmod
+from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.expr import parse
 from coda_spec.expr_eval import evaluate
-from coda_spec.reference import TORCH_DTYPES
 
 
 def _weight_scales(spec, sizes) -> dict:

@@ -23,16 +23,11 @@ from dataclasses import dataclass
 import torch
 
 from coda_spec import dims as dimmod
+from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.finalize import fold as finalize_fold
 from coda_spec.primitives import registry
 
-TORCH_DTYPES = {
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp32": torch.float32,
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
+__all__ = ["TORCH_DTYPES", "PRECISIONS", "RefCtx", "run", "infer_sizes"]
 
 
 @dataclass(frozen=True)

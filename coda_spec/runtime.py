@@ -81,16 +81,21 @@ from pathlib import Path
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.artifact import eval_shape, gemm_extents, input_required, read_manifest
+from coda_spec.artifact import input_required, read_manifest, shape_fn
 from coda_spec.config import config_text
+from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.finalize import mean_of
-from coda_spec.reference import TORCH_DTYPES
+from coda_spec.launch import Cubin, LaunchError
 from coda_spec.tune import load_table
 
 LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 SPLIT_K = ("split_k_semaphore", "split_k_workspace")
 PARTIAL_ROLES = ("colred", "rowred", "group_out")
+INPUT_ROLES = ("tile", "index", "row", "col", "scalar", "group_stat")  # fields a kernel reads
+SIGNATURES_KEPT = 64  # input signatures remembered per chain (validated once each)
+TABLES_KEPT = 8  # RoPE turns tables remembered per chain
+ZERO_K = 8  # the K of the zero operands an empty-K GEMM runs on (16 bytes of bf16)
 EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
 # what a variant holds (format 4), read from a format-2/3 kernel step's own values
 VARIANT_KEYS = (
@@ -221,6 +226,21 @@ def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:
     return torch.logsumexp(buf, dim=axis)
 
 
+class _Call:
+    """What one call owns: its device and stream, dim sizes, tensors, partial roles and the
+    poison flag. Made per call and passed down, never stored on the chain (two threads, or a
+    verify run interleaved with a training call, cannot see each other's state)."""
+
+    __slots__ = ("device", "stream", "sizes", "env", "partials", "poison", "nvtx")
+
+    def __init__(self, device, sizes: dict, env: dict, poison: bool = False):
+        self.device, self.sizes, self.env, self.poison = device, sizes, env, poison
+        self.partials: dict = {}
+        cuda = device.type == "cuda"
+        self.stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
+        self.nvtx = cuda
+
+
 class Chain:
     """A loaded build. Call it with the chain's inputs as keyword tensors.
 
@@ -234,27 +254,94 @@ class Chain:
         self.name = self.manifest["name"]
         self._module = None
         self._checked = None
-        self._device = None
-        self._sms: dict = {}
-        self._shapes: dict = {}
+        self._fns: dict = {}  # symbol -> exported function, resolved at its first launch
+        self._gpus: dict = {}  # device -> SM count, once the GPU is checked (sm_90)
+        self._signatures: dict = {}  # input signature -> dim sizes (validated once)
+        self._tables: dict = {}  # RoPE frequency tensor (ptr, version) -> turns table
         m = self.manifest
-        kernels = [
-            s for s in list(m["steps"]) + list(m.get("backward_steps", [])) if s["kind"] == "kernel"
-        ]
+        self._forward = list(m["steps"])
+        self._backward = list(m.get("backward_steps", []))
+        kernels = [s for s in self._forward + self._backward if s["kind"] == "kernel"]
         self._variants = {s["name"]: step_variants(m, s) for s in kernels}
         self._names = {k: [variant_name(v) for v in vs] for k, vs in self._variants.items()}
         dynamic = [k for k, v in m["dims"].items() if v is None]
         self._dynamic = dynamic[0] if dynamic else None
+        self._static = {k: v for k, v in m["dims"].items() if v is not None}
+        self._declared = {t["name"]: t for t in m["inputs"]}
+        self._required = {n: t for n, t in self._declared.items() if input_required(t)}
+        self._grads_in = {t["name"]: t for t in m.get("grads_in", [])}
+        self._folded = {  # name -> declared shape folded (static ints, the dynamic dim's name)
+            t["name"]: [dimmod.fold(d, m["dims"]) for d in t["shape"]]
+            for t in list(m["inputs"]) + list(m.get("grads_in", []))
+        }
+        self._dyn_at = self._dynamic_source()
+        self._shapes = {n: shape_fn(t["shape"]) for n, t in m["tensors"].items()}
+        self._field_shapes = {
+            id(f): shape_fn(f["shape"])
+            for vs in self._variants.values()
+            for v in vs
+            for f in v["fields"]
+        }
+        self._cubins = {
+            s["name"]: Cubin(self.directory, s["launch"])
+            for s in self._forward + self._backward
+            if s.get("launch")
+        }
+        self._ranges = {
+            s["name"]: f"{self.name}/{s['name']} ({m.get('spec_file', 'spec')}:{s.get('line')})"
+            for s in self._forward + self._backward
+        }
+        self._saved = self._saved_names()
         self._forced: dict = {}  # step -> variant index (with_variants)
         self._table = load_table(tuned)
         self._tuned = self._tuned_rows()
         self._picks: dict | None = None  # {step: rows} once the GPU is checked (first launch)
 
+    def _dynamic_source(self):
+        """(input, axis) that binds the dynamic dim on the unchecked path."""
+        for name in self._required:
+            for axis, d in enumerate(self._folded[name]):
+                if d == self._dynamic:
+                    return name, axis
+        return None
+
+    def _saved_names(self) -> list[str]:
+        """Forward tensors the backward section reads (its ``save``), in first-read order."""
+        grads = set(self._grads_in)
+        made: set = set()
+        out: list = []
+
+        def read(t):
+            if t and t not in made and t not in grads and t not in out:
+                out.append(t)
+
+        for s in self._backward:
+            if s["kind"] == "kernel":
+                read(s["a"][0])
+                read(s["b"][0])
+                read(s["c"][0] if s["c"] else None)
+                read(s["add_to"])
+                for f in s["fields"]:
+                    if f["role"] in INPUT_ROLES:
+                        read(f["tensor"])
+                made.update(f["tensor"] for f in s["fields"] if f["role"] not in INPUT_ROLES)
+                if s["d"]:
+                    made.add(s["d"][0])
+            elif s["kind"] == "host":
+                for t in s["reads"]:
+                    read(t)
+                made.update(s["writes"])
+            else:
+                read(s["of"])
+                made.add(s["result"])
+        return out
+
     def with_manifest(self, manifest: dict) -> Chain:
         """The same library under another manifest (verify's re-sized shapes), with the same
         tune table; forced variants carry over where the new manifest has them (by name)."""
         other = Chain(self.directory, manifest, tuned=self._table)
-        other._module, other._checked = self._module, self._checked
+        other._module, other._checked, other._fns = self._module, self._checked, self._fns
+        other._gpus, other._cubins = self._gpus, self._cubins
         for step, i in self._forced.items():
             name = self._names[step][i]
             if name in other._names.get(step, ()):
@@ -297,15 +384,15 @@ class Chain:
     def selected_variants(self, sizes: dict) -> dict:
         """The variant name each kernel step runs at ``sizes`` (forced, tuned, else the
         fallback), without running anything. Checks the tune table's GPU like a call does."""
-        steps = list(self.manifest["steps"]) + list(self.manifest.get("backward_steps", []))
         return {
-            s["name"]: variant_name(self._variant(s, sizes)) for s in steps if s["kind"] == "kernel"
+            s["name"]: variant_name(self._variant(s, sizes, None))
+            for s in self._forward + self._backward
+            if s["kind"] == "kernel"
         }
 
     def _tuned_rows(self) -> list:
         """[(path, gpu, {step: ((m_max, variant index), ...)})]: the tune table's entries for
         this build at this chain's static dims whose config is one of the step's variants."""
-        static = {k: v for k, v in self.manifest["dims"].items() if v is not None}
         out = []
         for path, entry in self._table.builds(self.directory.name):
             rows = {}
@@ -315,7 +402,7 @@ class Chain:
                     continue
                 got: dict = {}
                 for e in entries:
-                    if e["dims"] == static and e["config"] in names:
+                    if e["dims"] == self._static and e["config"] in names:
                         got.setdefault(e["m_max"], names.index(e["config"]))
                 if got:
                     rows[step] = tuple(sorted(got.items()))
@@ -323,13 +410,12 @@ class Chain:
                 out.append((path, entry["gpu"], rows))
         return out
 
-    def _tuned_picks(self) -> dict:
+    def _tuned_picks(self, device) -> dict:
         """{step: rows} usable on this GPU; decided once, at the first launch."""
         if self._picks is None:
             picks: dict = {}
             if self._tuned:
-                device = self._device if self._device is not None else _current_device()
-                gpu = _device_name(device)
+                gpu = _device_name(device if device is not None else _current_device())
                 for _, measured_on, rows in self._tuned:
                     if measured_on == gpu:
                         for step, r in rows.items():
@@ -341,20 +427,20 @@ class Chain:
                         f"{self.name}: tune file(s) {files} were measured on {other}, not on "
                         f"this {gpu}; not used (every kernel runs its fallback variant; run "
                         "coda tune on this GPU)",
-                        stacklevel=4,
+                        stacklevel=5,
                     )
             self._picks = picks
         return self._picks
 
-    def _variant(self, step: dict, sizes: dict) -> dict:
+    def _variant(self, step: dict, sizes: dict, device=None) -> dict:
         """The variant a kernel step runs at ``sizes``: forced, else tuned, else variants[0]."""
         name = step["name"]
-        variants = self._variants.get(name) or step_variants(self.manifest, step)
+        variants = self._variants[name]
         index = self._forced.get(name)
         if index is None:
             index = 0
             if len(variants) > 1 and self._tuned:
-                rows = self._tuned_picks().get(name)
+                rows = self._tuned_picks(device).get(name)
                 if rows:
                     index = _pick(rows, int(sizes.get(self._dynamic, 0)))
         return variants[index]
@@ -362,142 +448,236 @@ class Chain:
     @property
     def required_inputs(self) -> list[str]:
         """Inputs a call must pass: those some step reads (every input of a format-2 build)."""
-        return [t["name"] for t in self.manifest["inputs"] if input_required(t)]
+        return list(self._required)
+
+    @property
+    def saved(self) -> list[str]:
+        """The forward tensors :meth:`backward` needs (the spec's ``backward.save`` as read)."""
+        return list(self._saved)
 
     # -- validation --------------------------------------------------------------------------
     def bind(self, inputs: dict) -> dict:
         """Validate inputs; return the dim sizes they imply."""
-        return self._validate(inputs, None)[1]
+        return self._validate(inputs, None)[2]
 
-    def _validate(self, inputs: dict, grads: dict | None) -> tuple[dict, dict]:
-        """Everything a call checks, before any launch: returns (env, sizes), env holding the
-        required inputs (and gradients) as validated, canonically strided tensors."""
-        m = self.manifest
-        declared = {t["name"]: t for t in m["inputs"]}
-        required = {n: t for n, t in declared.items() if input_required(t)}
-        unknown = set(inputs) - set(declared)
+    def _validate(self, inputs: dict, grads: dict | None) -> tuple:
+        """Everything a call checks, before any launch: returns (device, env, sizes), env
+        holding the required inputs (and gradients) as validated, canonically strided
+        tensors."""
+        unknown = set(inputs) - set(self._declared)
         if unknown:
             raise CodaRuntimeError(
-                f"{self.name}: unknown input(s) {sorted(unknown)}; expected {sorted(declared)}"
+                f"{self.name}: unknown input(s) {sorted(unknown)}; expected "
+                f"{sorted(self._declared)}"
             )
-        missing = [n for n in required if n not in inputs]
+        missing = [n for n in self._required if n not in inputs]
         if missing:
             raise CodaRuntimeError(f"{self.name}: missing input(s) {missing}")
         device = _current_device()
-        sizes = {k: v for k, v in m["dims"].items() if v is not None}
-        env = self._check(required, inputs, sizes, "input", device)
+        tensors = {n: inputs[n] for n in self._required}
+        declared = dict(self._required)
         if grads is not None:
-            if not m.get("backward_steps"):
+            if not self._backward:
                 raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
-            wanted = {t["name"]: t for t in m.get("grads_in", [])}
-            missing = [n for n in wanted if n not in grads]
-            unknown = set(grads) - set(wanted)
+            missing = [n for n in self._grads_in if n not in grads]
+            unknown = set(grads) - set(self._grads_in)
             if missing or unknown:
                 raise CodaRuntimeError(
-                    f"{self.name}: backward needs gradients {sorted(wanted)}; missing "
+                    f"{self.name}: backward needs gradients {sorted(self._grads_in)}; missing "
                     f"{missing}, unknown {sorted(unknown)}"
                 )
-            env.update(self._check(wanted, grads, sizes, "gradient", device))
-        self._device = device
+            tensors.update(grads)
+            declared.update({n: dict(t, what="gradient") for n, t in self._grads_in.items()})
+        env, sizes = self._checked_tensors(declared, tensors, device)
+        return device, env, sizes
+
+    def _checked_tensors(self, declared: dict, tensors: dict, device) -> tuple[dict, dict]:
+        """Validate ``tensors`` against ``declared`` (name -> manifest entry): a signature seen
+        before (dtype, device, shape, strides of every tensor) skips straight to the per-call
+        checks (type, alignment); a new one is checked in full and remembered."""
+        try:
+            key = tuple(
+                (n, x.dtype, x.device, tuple(x.shape), x.stride(), x.layout)
+                for n, x in tensors.items()
+            )
+        except AttributeError:
+            key = None  # not a tensor: the full check names it
+        sizes = self._signatures.get(key) if key is not None else None
+        if sizes is None:
+            sizes = dict(self._static)
+            for name, t in declared.items():
+                self._check_one(name, t, tensors[name], sizes, device)
+            if key is not None:
+                if len(self._signatures) >= SIGNATURES_KEPT:
+                    self._signatures.pop(next(iter(self._signatures)))
+                self._signatures[key] = dict(sizes)
+        else:
+            sizes = dict(sizes)
+        env = {}
+        for name, x in tensors.items():
+            if x.data_ptr() % 16:
+                what = declared[name].get("what", "input")
+                raise CodaRuntimeError(
+                    f"{self.name}: {what} '{name}' is not 16-byte aligned (TMA needs it)"
+                )
+            # DLPack refuses tensors that require grad; kernels write raw memory anyway
+            env[name] = _canonical(x.detach() if x.requires_grad else x)
         return env, sizes
 
-    def _declared_shape(self, name: str, shape: list) -> list:
-        """A manifest shape folded: static expressions ("2*F", "D+KV") to ints, a dynamic dim
-        (which only ever appears alone) to its name."""
-        if name not in self._shapes:
-            self._shapes[name] = [dimmod.fold(d, self.manifest["dims"]) for d in shape]
-        return self._shapes[name]
+    def _check_one(self, name: str, t: dict, x, sizes: dict, device) -> None:
+        """Device, dtype, shape (binding dynamic dims into ``sizes``), contiguity."""
+        shape = self._folded.get(name)
+        if shape is None:
+            shape = [dimmod.fold(d, self.manifest["dims"]) for d in t["shape"]]
+        where = f"{self.name}: {t.get('what', 'input')} '{name}'"
+        if not isinstance(x, torch.Tensor):
+            raise CodaRuntimeError(f"{where} is {type(x).__name__}, not a torch.Tensor")
+        if x.layout != torch.strided:
+            raise CodaRuntimeError(f"{where} is a {x.layout} tensor; kernels take dense ones")
+        if x.device != device:
+            raise CodaRuntimeError(f"{where} is on {x.device}; kernels run on {device}")
+        if x.dtype != TORCH_DTYPES[t["dtype"]]:
+            raise CodaRuntimeError(f"{where} is {x.dtype}; expected {t['dtype']}")
+        if x.dim() != len(shape):
+            raise CodaRuntimeError(f"{where} has shape {tuple(x.shape)}; expected {t['shape']}")
+        for axis, (want, got) in enumerate(zip(shape, x.shape, strict=True)):
+            if isinstance(want, int) and want != got:
+                raise CodaRuntimeError(f"{where} dim {axis} is {got}; expected {want}")
+            if isinstance(want, str):
+                if sizes.setdefault(want, int(got)) != got:
+                    raise CodaRuntimeError(
+                        f"{where} dim {axis} is {got} but {want} is {sizes[want]} elsewhere"
+                    )
+        if not x.is_contiguous():
+            raise CodaRuntimeError(
+                f"{where} is not contiguous (strides {x.stride()}); call .contiguous()"
+            )
 
-    def _check(self, declared: dict, tensors: dict, sizes: dict, what: str, device) -> dict:
-        """Device, dtype, shape (binding dynamic dims into ``sizes``), contiguity, alignment.
-        Returns the tensors, canonically strided (:func:`_canonical`)."""
-        out = {}
-        for name, t in declared.items():
-            shape = self._declared_shape(name, t["shape"])
-            x = tensors[name]
-            where = f"{self.name}: {what} '{name}'"
-            if not isinstance(x, torch.Tensor):
-                raise CodaRuntimeError(f"{where} is {type(x).__name__}, not a torch.Tensor")
-            if x.layout != torch.strided:
-                raise CodaRuntimeError(f"{where} is a {x.layout} tensor; kernels take dense ones")
-            if x.device != device:
-                raise CodaRuntimeError(f"{where} is on {x.device}; kernels run on {device}")
-            if x.dtype != TORCH_DTYPES[t["dtype"]]:
-                raise CodaRuntimeError(f"{where} is {x.dtype}; expected {t['dtype']}")
-            if x.dim() != len(shape):
-                raise CodaRuntimeError(f"{where} has shape {tuple(x.shape)}; expected {t['shape']}")
-            for axis, (want, got) in enumerate(zip(shape, x.shape, strict=True)):
-                if isinstance(want, int) and want != got:
-                    raise CodaRuntimeError(f"{where} dim {axis} is {got}; expected {want}")
-                if isinstance(want, str):
-                    if sizes.setdefault(want, int(got)) != got:
-                        raise CodaRuntimeError(
-                            f"{where} dim {axis} is {got} but {want} is {sizes[want]} elsewhere"
-                        )
-            if not x.is_contiguous():
-                raise CodaRuntimeError(
-                    f"{where} is not contiguous (strides {x.stride()}); call .contiguous()"
-                )
-            if x.data_ptr() % 16:
-                raise CodaRuntimeError(f"{where} is not 16-byte aligned (TMA needs it)")
-            # DLPack refuses tensors that require grad; kernels write raw memory anyway
-            out[name] = _canonical(x.detach() if x.requires_grad else x)
-        return out
+    def _unchecked(self, tensors: dict) -> tuple:
+        """``check=False``: no validation; the dynamic dim is read off the input that carries
+        it (so an M = 0 call still launches nothing); the device is that of the tensors."""
+        sizes = dict(self._static)
+        if self._dyn_at is not None:
+            name, axis = self._dyn_at
+            sizes[self._dynamic] = int(tensors[name].shape[axis])
+        first = next(iter(tensors.values()), None)
+        device = first.device if first is not None else _current_device()
+        env = {n: (x.detach() if x.requires_grad else x) for n, x in tensors.items()}
+        return device, env, sizes
 
     # -- planning ----------------------------------------------------------------------------
     def gemm_extents(self, step: dict, sizes: dict) -> tuple[int, int, int]:
         """(M, N, K) of a kernel step's GEMM ``acc = a' @ b'`` at ``sizes``."""
-        return gemm_extents(self.manifest, step, sizes)
+        (a_t, a_tr), (b_t, b_tr) = step["a"], step["b"]
+        a, b = self._shape(a_t, sizes), self._shape(b_t, sizes)
+        a, b = (a[::-1] if a_tr else a), (b[::-1] if b_tr else b)
+        return a[0], b[1], a[1]
+
+    def _shape(self, tensor: str, sizes: dict) -> tuple:
+        fn = self._shapes.get(tensor)
+        if fn is None:
+            fn = self._shapes[tensor] = shape_fn(self.manifest["tensors"][tensor]["shape"])
+        return fn(sizes)
 
     def launches(self, step: dict, sizes: dict) -> bool:
-        """Whether a kernel step launches its kernel at ``sizes``: not when its GEMM is empty."""
-        return 0 not in self.gemm_extents(step, sizes)
+        """Whether a kernel step launches its kernel at ``sizes``: not when its GEMM's M or N is
+        empty (nothing to compute), nor when only K is empty and the epilogue stores ``acc``
+        alone (the output is all zeros)."""
+        m, n, k = self.gemm_extents(step, sizes)
+        if m == 0 or n == 0:
+            return False
+        return k != 0 or not step.get("acc_only", False)
 
     def plan(self, sizes: dict, backward: bool = False) -> list[tuple[str, str]]:
         """What a call at ``sizes`` would do, step by step, without doing it: ``(step, what)``
-        with what = ``launch``, ``no launch`` (an empty GEMM: its epilogue runs in torch),
-        ``finalize`` or ``host``."""
-        m = self.manifest
-        sizes = {**{k: v for k, v in m["dims"].items() if v is not None}, **sizes}
-        steps = list(m["steps"]) + (list(m.get("backward_steps", [])) if backward else [])
+        with what = ``launch``, ``no launch`` (an empty GEMM: outputs allocated, nothing
+        computed), ``finalize``, ``folded`` (computed by the host kernel before it) or
+        ``host``."""
+        sizes = {**self._static, **sizes}
         out = []
-        for s in steps:
+        for s in self._forward + (self._backward if backward else []):
             if s["kind"] == "kernel":
                 out.append((s["name"], "launch" if self.launches(s, sizes) else "no launch"))
+            elif s.get("folded_into"):
+                out.append((s["name"], "folded"))
             else:
                 out.append((s["name"], s["kind"]))
         return out
 
     # -- execution ---------------------------------------------------------------------------
-    def __call__(self, **inputs) -> dict:
-        env = self.run(inputs)
+    def __call__(self, check: bool = True, **inputs) -> dict:
+        env = self.run(inputs, check=check)
         return {o["name"]: env[o["name"]] for o in self.manifest["outputs"]}
 
-    def run(self, inputs: dict, poison: bool = False, grads: dict | None = None) -> dict:
+    def run(
+        self,
+        inputs: dict,
+        poison: bool = False,
+        grads: dict | None = None,
+        check: bool = True,
+    ) -> dict:
         """Run every forward step — and, with ``grads`` (the incoming gradients named in the
         spec's ``backward.grads``), every backward step — and return every chain tensor
         (required inputs, outputs, intermediates, partial buffers). ``poison`` fills every buffer
         a kernel writes with NaN first, so a verifier can prove each element and partial slot
-        was written. Inputs and gradients are all validated before the first step runs."""
-        env, sizes = self._validate(inputs, grads)
-        self._poison = poison
-        partials: dict = {}
+        was written. Inputs and gradients are all validated before the first step runs;
+        ``check=False`` skips that (see the module docstring)."""
+        if check:
+            device, env, sizes = self._validate(inputs, grads)
+        else:
+            given = {n: inputs[n] for n in self._required}
+            device, env, sizes = self._unchecked({**given, **(grads or {})})
+        call = _Call(device, sizes, env, poison)
         with torch.no_grad():  # kernels write raw memory; autograd wraps calls, not steps
-            self._steps(self.manifest["steps"], env, sizes, partials)
-            if grads is not None:
-                self._steps(self.manifest["backward_steps"], env, sizes, partials)
+            self._steps(self._forward + (self._backward if grads is not None else []), call)
         return env
 
-    def backward(self, env: dict, **grads) -> dict:
-        """Gradients of the forward inputs, given a forward ``env`` from :meth:`run`'s inputs."""
-        missing = [n for n in self.required_inputs if n not in env]
+    def backward(self, saved: dict, check: bool = True, **grads) -> dict:
+        """Gradients, from the tensors a forward :meth:`run` produced: ``saved`` holds (at
+        least) :attr:`saved` -- the env :meth:`run` returned will do -- and ``grads`` the
+        incoming gradients. Runs the backward steps only; the forward is not re-run. Returns
+        the backward outputs. ``add_to`` gradients accumulate IN PLACE into the incoming
+        gradient they name (documented per spec; see docs/runtime.md)."""
+        if not self._backward:
+            raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
+        missing = [n for n in self._saved if n not in saved]
         if missing:
             raise CodaRuntimeError(
-                f"{self.name}: backward needs the forward inputs; env lacks {missing}"
+                f"{self.name}: backward needs the saved forward tensors {self._saved}; "
+                f"missing {missing}"
             )
-        inputs = {n: env[n] for n in self.required_inputs}
-        out = self.run(inputs, grads=grads)
-        return {o["name"]: out[o["name"]] for o in self.manifest.get("backward_outputs", [])}
+        tensors = {n: saved[n] for n in self._saved}
+        if check:
+            missing = [n for n in self._grads_in if n not in grads]
+            unknown = set(grads) - set(self._grads_in)
+            if missing or unknown:
+                raise CodaRuntimeError(
+                    f"{self.name}: backward needs gradients {sorted(self._grads_in)}; missing "
+                    f"{missing}, unknown {sorted(unknown)}"
+                )
+            declared = {
+                n: {**self.manifest["tensors"][n], "what": "saved tensor"} for n in self._saved
+            }
+            declared.update({n: dict(t, what="gradient") for n, t in self._grads_in.items()})
+            device = _current_device()
+            env, sizes = self._checked_tensors(declared, {**tensors, **grads}, device)
+        else:
+            device, env, sizes = self._unchecked({**tensors, **grads})
+            if self._dyn_at is None or self._dyn_at[0] not in tensors:
+                sizes.update(self._sizes_from(env))
+        call = _Call(device, sizes, env)
+        with torch.no_grad():
+            self._steps(self._backward, call)
+        return {o["name"]: env[o["name"]] for o in self.manifest.get("backward_outputs", [])}
+
+    def _sizes_from(self, env: dict) -> dict:
+        """The dynamic dim read off any tensor in ``env`` whose declared shape carries it."""
+        for name, x in env.items():
+            shape = self.manifest["tensors"].get(name, {}).get("shape", ())
+            for axis, d in enumerate(shape):
+                if d == self._dynamic:
+                    return {d: int(x.shape[axis])}
+        return {}
 
     def steps_fn(self, env: dict, sizes: dict, steps: list[dict]):
         """A callable that runs ``steps`` (manifest step dicts: one kernel, or the backward
@@ -505,28 +685,43 @@ class Chain:
         returns that copy. Each call allocates its outputs afresh, as a real call does; an
         ``add_to`` output accumulates into ``env``'s tensor again. Inputs are not re-validated:
         for timing one kernel or one section alone (``coda bench``), not for users."""
-        self._device = _current_device()
-        self._poison = False
+        device = _current_device()
 
         def call() -> dict:
-            work = dict(env)
+            work = _Call(device, sizes, dict(env))
             with torch.no_grad():
-                self._steps(steps, work, sizes, {})
-            return work
+                self._steps(steps, work)
+            return work.env
 
         return call
 
-    def _steps(self, steps, env, sizes, partials):
+    def _steps(self, steps, call: _Call):
+        """Run ``steps`` in order, each inside an NVTX range (nsys) -- and, while torch's
+        profiler records, a ``record_function`` range -- named after the step and its line."""
+        profiling = torch.autograd._profiler_enabled()
         for step in steps:
-            if step["kind"] == "kernel":
-                if self.launches(step, sizes):
-                    self._kernel(step, env, sizes, partials)
+            name = self._ranges[step["name"]]
+            if call.nvtx:
+                torch.cuda.nvtx.range_push(name)
+            scope = torch.profiler.record_function(name) if profiling else None
+            if scope is not None:
+                scope.__enter__()
+            try:
+                kind = step["kind"]
+                if kind == "kernel":
+                    if self.launches(step, call.sizes):
+                        self._kernel(step, call)
+                    else:
+                        self._no_launch(step, call)
+                elif kind == "finalize":
+                    self._finalize(step, call)
                 else:
-                    self._no_launch(step, env, sizes, partials)
-            elif step["kind"] == "finalize":
-                self._finalize(step, env, sizes, partials)
-            else:
-                self._host(step, env, sizes, partials)
+                    self._host(step, call)
+            finally:
+                if scope is not None:
+                    scope.__exit__(None, None, None)
+                if call.nvtx:
+                    torch.cuda.nvtx.range_pop()
 
     def _fn(self, symbol: str):
         try:
@@ -543,40 +738,48 @@ class Chain:
             ) from e
 
     def _sm_count(self, dev) -> int:
-        if dev not in self._sms:
-            self._sms[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-        return self._sms[dev]
+        """The SM count of ``dev``, once its architecture is checked (sm_90 only)."""
+        sms = self._gpus.get(dev)
+        if sms is None:
+            if dev.type == "cuda":
+                major, minor = torch.cuda.get_device_capability(dev)
+                if (major, minor) != (9, 0):
+                    raise CodaRuntimeError(
+                        f"{self.name}: this build holds sm_90a kernels (Hopper: H100/H200); "
+                        f"{torch.cuda.get_device_name(dev)} is sm_{major}{minor}. Run on a "
+                        "Hopper GPU (coda builds for sm_90a only)"
+                    )
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count
+            self._gpus[dev] = sms
+        return sms
 
-    def _kernel(self, step, env, sizes, partials):
-        dev = self._device
-        v = self._variant(step, sizes)
-        a_t, a_tr = step["a"]
-        b_t, b_tr = step["b"]
-        a = env[a_t].T if a_tr else env[a_t]
-        b_val = env[b_t].T if b_tr else env[b_t]
-        b = b_val.T  # QuACK's B is (N, K)
-        for what, x in (("A", a), ("B", b)):
-            want = v["majors"][what]
-            if ("row" if x.stride(-1) == 1 else "col") != want:
-                raise CodaRuntimeError(
-                    f"{self.name}: kernel '{step['name']}' operand {what} must be {want}-major"
-                )
+    def _launchable(self, symbol: str):
+        fn = self._fns.get(symbol)
+        if fn is None:
+            fn = self._fns[symbol] = self._fn(symbol)
+        return fn
+
+    def _kernel(self, step, call: _Call):
+        env, sizes, dev = call.env, call.sizes, call.device
+        mac_total = self._sm_count(dev)
+        v = self._variant(step, sizes, dev)
+        a, b = self._operands(step, env, v)
         d = None
         if step["d"] is not None:
-            name, dtype, shape = step["d"]
+            name, dtype, _ = step["d"]
             if step["add_to"]:
                 d = env[step["add_to"]]
             else:
-                d = self._alloc(eval_shape(shape, sizes), TORCH_DTYPES[dtype], dev)
+                d = _alloc(call, self._shape(name, sizes), TORCH_DTYPES[dtype])
         c = env[step["c"][0]] if step["c"] is not None else None
         made, args = {}, {}
         for f in v["fields"]:  # partial buffers sized by this variant's tile
-            args[f["name"]] = self._field(f, env, sizes, dev, made, partials)
+            args[f["name"]] = self._field(f, call, made)
         epi = tuple(None if n in SPLIT_K else args[n] for n in v["field_order"])
         cfg = v["config"]
-        mac = self._sm_count(dev) // (cfg["cluster_m"] * cfg["cluster_n"])
+        mac = mac_total // (cfg["cluster_m"] * cfg["cluster_n"])
         sched = (mac, None, v["max_swizzle_size"], None, None, None)
-        fn = self._fn(v["symbol"])
+        fn = self._launchable(v["symbol"])
         try:
             fn(a, b, d, c, epi, sched, None, None, None)
         except Exception as e:  # noqa: BLE001 - the compiled argument check refused
@@ -588,45 +791,56 @@ class Chain:
             env[step["d"][0]] = d
         env.update(made)
 
-    def _no_launch(self, step, env, sizes, partials):
-        """A kernel step whose GEMM is empty: no launch; its epilogue runs in torch (the
-        reference interpreter, fp32) on ``acc = a @ b`` -- empty, or zeros when only K = 0.
-        Outputs get their declared dtypes; an ``add_to`` output is written into (and returned
-        as) the tensor it accumulates into; partials are exact and fold like kernel ones."""
-        from coda_spec.reference import PRECISIONS, _run_step
+    def _operands(self, step, env, v) -> tuple:
+        """QuACK's A (M, K) and B (N, K) as views; with K = 0 (a weight gradient over zero
+        rows whose epilogue does more than store acc) zero operands of K = 8 (acc = 0 exactly)
+        in the majors the variant was compiled for, so the epilogue still runs on the GPU."""
+        a_t, a_tr = step["a"]
+        b_t, b_tr = step["b"]
+        a = env[a_t].T if a_tr else env[a_t]
+        b_val = env[b_t].T if b_tr else env[b_t]
+        b = b_val.T  # QuACK's B is (N, K)
+        if a.shape[1] == 0:
+            a = _zero_operand(a.shape[0], v["majors"]["A"], a.dtype, a.device)
+            b = _zero_operand(b.shape[0], v["majors"]["B"], b.dtype, b.device)
+        for what, x in (("A", a), ("B", b)):
+            want = v["majors"][what]
+            if ("row" if x.stride(-1) == 1 else "col") != want:
+                raise CodaRuntimeError(
+                    f"{self.name}: kernel '{step['name']}' operand {what} must be {want}-major"
+                )
+        return a, b
 
-        checked = self.checked()
-        work = {k: v for k, v in env.items() if isinstance(v, torch.Tensor)}
-        _run_step((PRECISIONS["fp32"], sizes, checked.analysis), self._spec_step(step), work)
+    def _no_launch(self, step, call: _Call):
+        """A kernel step that launches nothing at these sizes: its GEMM's M or N is empty (every
+        output and partial buffer has that empty extent: allocated, nothing to compute), or
+        only K is empty and the epilogue stores ``acc`` alone (zeros). An ``add_to`` output is
+        the tensor it accumulates into, unchanged (adding nothing, or zeros)."""
+        env, sizes = call.env, call.sizes
+        m, n, _ = self.gemm_extents(step, sizes)
         if step["d"] is not None:
             name, dtype, _ = step["d"]
-            value = work[name].to(TORCH_DTYPES[dtype])
             if step["add_to"]:
-                into = env[step["add_to"]]
-                into.copy_(value)
-                env[name] = into
+                env[name] = env[step["add_to"]]
             else:
-                env[name] = _dense(value)
-        for f in step["fields"]:
-            t = f["tensor"]
-            if f["role"] in ("aux", "select"):
-                env[t] = _dense(work[t].to(TORCH_DTYPES[f["dtype"]]))
-            elif f["role"] in PARTIAL_ROLES:
-                env[t] = _dense(work[t].float())
-                partials[t] = (f["role"], f["fold"])
+                shape = self._shape(name, sizes)
+                env[name] = torch.zeros(shape, dtype=TORCH_DTYPES[dtype], device=call.device)
+        if m and n:  # K = 0, acc-only epilogue: no fields
+            return
+        made: dict = {}
+        for f in self._variant(step, sizes, call.device)["fields"]:
+            if f["role"] not in INPUT_ROLES:
+                self._field(f, call, made)
+        env.update(made)
 
-    def _spec_step(self, step):
-        spec = self.checked().spec
-        steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
-        return next(s for s in steps if s.kind == step["kind"] and s.name == step["name"])
-
-    def _field(self, f, env, sizes, dev, made, partials):
+    def _field(self, f, call: _Call, made):
         role, t = f["role"], f["tensor"]
+        env = call.env
         if role in ("tile", "index"):
             return env[t]
         if role == "row":
             x = env[t]
-            return _turns_table(x) if f["transform"] == "turns_table" else x.reshape(1, -1)
+            return self._turns(x) if f["transform"] == "turns_table" else x.reshape(1, -1)
         if role == "col":
             x = env[t].reshape(1, -1)
             return x.float() if f["transform"] == "to_fp32" else x
@@ -637,56 +851,110 @@ class Chain:
             return x.data_ptr()
         if role == "group_stat":  # a GroupStat's group width: baked in at compile time
             return None
-        shape = eval_shape(f["shape"], sizes)
+        at = self._field_shapes.get(id(f)) or shape_fn(f["shape"])
+        shape = at(call.sizes)
         dtype = TORCH_DTYPES[f["dtype"]]
-        if role == "select" and not self._poison:
-            buf = torch.zeros(shape, dtype=dtype, device=dev)  # ignored rows stay 0
+        if role == "select" and not call.poison:
+            buf = torch.zeros(shape, dtype=dtype, device=call.device)  # ignored rows stay 0
         else:
-            buf = self._alloc(shape, dtype, dev)
+            buf = _alloc(call, shape, dtype)
         if role in PARTIAL_ROLES:
-            partials[t] = (role, f["fold"])
+            call.partials[t] = (role, f["fold"])
         made[t] = buf
         return buf
 
-    def _alloc(self, shape, dtype, dev):
-        if getattr(self, "_poison", False):
-            return torch.full(shape, float("nan"), dtype=dtype, device=dev)
-        return torch.empty(shape, dtype=dtype, device=dev)
+    def _turns(self, freqs: torch.Tensor) -> torch.Tensor:
+        """RoPE's turns table of a frequency tensor, computed once per tensor contents (keyed by
+        its storage, shape and version counter: an in-place update recomputes it)."""
+        key = (freqs.data_ptr(), freqs.device, tuple(freqs.shape), freqs._version)
+        table = self._tables.get(key)
+        if table is None:
+            table = _turns_table(freqs)
+            if len(self._tables) >= TABLES_KEPT:
+                self._tables.pop(next(iter(self._tables)))
+            self._tables[key] = table
+        return table
 
-    def _finalize(self, step, env, sizes, partials):
-        role, fold = partials[step["of"]]
+    def _finalize(self, step, call: _Call):
+        if step.get("folded_into"):
+            return  # the host kernel that produced the partial wrote the result
+        env, sizes = call.env, call.sizes
+        cubin = self._cubins.get(step["name"])
+        if cubin is not None:
+            self._launch(step, cubin, call)
+            return
+        role, fold = call.partials[step["of"]]
         buf = env[step["of"]]
         if role == "exact":  # a host step's reduction: already complete
             x = buf.reshape(-1) if 1 in buf.shape else buf
         elif role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
             x = buf.reshape(-1) if buf.shape[1] == 1 else buf
-        else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles:
-            # the tile count follows the variant that wrote the buffer; any count folds alike
+        else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles
             x = _fold(buf, fold, 1 if role == "colred" else 0)
         n = step["n"]
-        n = eval_shape([n], sizes)[0] if isinstance(n, str) else n
+        n = dimmod.evaluate(n, sizes) if isinstance(n, str) else n
         if step["op"] == "mean":
             x = mean_of(x, n)
         elif step["op"] == "rsqrt_mean":
             x = torch.rsqrt(mean_of(x, n) + step["eps"])
         env[step["result"]] = x
 
-    def _host(self, step, env, sizes, partials):
-        from coda_spec.reference import PRECISIONS, _run_step
+    def _host(self, step, call: _Call):
+        """A host step: its compiled kernel (one launch; no launch over zero rows)."""
+        cubin = self._cubins.get(step["name"])
+        if cubin is None:
+            if call.env[step["over"]].shape[0] == 0:  # zero rows: nothing to run
+                folds = step.get("partials", {})
+                for t in step["writes"]:
+                    dtype = TORCH_DTYPES[self.manifest["tensors"][t]["dtype"]]
+                    shape = self._shape(t, call.sizes)
+                    if t in folds:  # a column reduction over zero rows: its identity
+                        value = EMPTY_FOLD[folds[t]]
+                        call.env[t] = torch.full(shape, value, dtype=dtype, device=call.device)
+                    else:
+                        call.env[t] = _alloc(call, shape, dtype)
+                    call.partials[t] = ("exact", None)
+                return
+            raise CodaRuntimeError(
+                f"{self.name}: host step '{step['name']}' has no compiled kernel (a manifest "
+                f"of format {self.manifest.get('format')}); rebuild the spec with this coda "
+                f"(host steps are compiled since format 5)"
+            )
+        self._launch(step, cubin, call)
+        for t in step["writes"]:
+            call.partials.setdefault(t, ("exact", None))
 
-        checked = self.checked()
-        work = {k: v for k, v in env.items() if isinstance(v, torch.Tensor)}
-        _run_step((PRECISIONS["fp32"], sizes, checked.analysis), self._spec_step(step), work)
-        for name in step["writes"]:
-            if checked.analysis.tensor(name).origin == "partial":
-                partials[name] = ("exact", None)
-                env[name] = work[name]
-                continue
-            dtype = self.manifest["tensors"][name]["dtype"]
-            env[name] = _dense(work[name].to(TORCH_DTYPES[dtype]))  # may feed a kernel
+    def _launch(self, step, cubin: Cubin, call: _Call):
+        """Allocate a compiled step's outputs, bind its arguments, launch it."""
+        launch, env, sizes = step["launch"], call.env, call.sizes
+        for o in launch["outputs"]:
+            t = o["tensor"]
+            dtype = TORCH_DTYPES[o["dtype"]]
+            shape = self._shape(t, sizes)
+            if o.get("init") == "zeros" and not call.poison:
+                env[t] = torch.zeros(shape, dtype=dtype, device=call.device)
+            else:
+                env[t] = _alloc(call, shape, dtype)
+        args = []
+        for a in launch["args"]:
+            if "tensor" in a:
+                args.append(env[a["tensor"]].data_ptr())
+            elif "dim" in a:
+                args.append(_dim(a["dim"], sizes))
+            else:
+                t, axis = a["extent"]
+                args.append(int(env[t].shape[axis]))
+        grid = tuple(_dim(g, sizes) for g in launch["grid"])
+        if call.device.type == "cuda":
+            self._sm_count(call.device)  # the architecture check
+        try:
+            cubin.launch(call.device.index or 0, call.stream, grid, tuple(args))
+        except LaunchError as e:
+            raise CodaRuntimeError(f"{self.name}: step '{step['name']}': {e}") from e
 
     def checked(self):
-        """The build's own spec, checked (host steps and empty GEMMs interpret it)."""
+        """The build's own spec, checked (verify, bench and tune read it; a call never does:
+        this imports the front end)."""
         if self._checked is None:
             from coda_spec.frontend import check_source
             from coda_spec.source import parse_text
@@ -694,6 +962,29 @@ class Chain:
             text = (self.directory / "spec.yaml").read_text()
             self._checked = check_source(parse_text(self.manifest["spec_file"], text))
         return self._checked
+
+
+def _dim(expr, sizes: dict) -> int:
+    """A launch argument or grid entry: an int or a dim expression (``M``, ``3*D``,
+    ``cdiv(M,4)``)."""
+    if isinstance(expr, int):
+        return expr
+    if expr.startswith("cdiv("):
+        return shape_fn([expr])(sizes)[0]
+    return dimmod.evaluate(expr, sizes)
+
+
+def _alloc(call: _Call, shape, dtype):
+    if call.poison:
+        return torch.full(shape, float("nan"), dtype=dtype, device=call.device)
+    return torch.empty(shape, dtype=dtype, device=call.device)
+
+
+def _zero_operand(rows: int, major: str, dtype, device) -> torch.Tensor:
+    """A (rows, 8) zero operand, K-contiguous ("row") or rows-contiguous ("col")."""
+    if major == "row":
+        return torch.zeros(rows, ZERO_K, dtype=dtype, device=device)
+    return torch.zeros(ZERO_K, rows, dtype=dtype, device=device).T
 
 
 def load(directory, tuned=None) -> Chain:

@@ -29,8 +29,8 @@ from coda_spec.bench import model as Mo
 from coda_spec.bench import roofline as R
 from coda_spec.bench import timing as T
 from coda_spec.frontend import check_file
-from coda_spec.runtime import Chain
 from tests.conftest import ROOT
+from tests.emulate import emulate
 from tests.test_runtime_cpu import make_build
 from tests.test_verify_cpu import fake_manifest
 
@@ -219,9 +219,9 @@ def test_dims_a_build_cannot_take_name_the_rebuild():
 
 @pytest.fixture
 def cpu_chain(monkeypatch):
-    """Every kernel step takes the no-launch path: its epilogue runs in torch on the CPU."""
+    """Every kernel and host step runs in torch on the CPU (tests/emulate.py)."""
     monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
-    monkeypatch.setattr(Chain, "launches", lambda self, step, sizes: False)
+    emulate(monkeypatch)
 
 
 def _bench(tmp_path, name, **kw):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -391,5 +393,121 @@ def test_backward_needs_required_inputs_only(tmp_path, cpu):
     out = chain.backward(env, **grads)
     assert set(out) == {o["name"] for o in chain.manifest["backward_outputs"]}
     env.pop("y")
-    with pytest.raises(CodaRuntimeError, match=r"env lacks \['y'\]"):
+    with pytest.raises(CodaRuntimeError, match=r"saved forward tensors .*missing \['y'\]"):
         chain.backward(env, **grads)
+
+
+# -- what a call imports -------------------------------------------------------------------------
+
+FRONT_END = (
+    "yaml",
+    "jsonschema",
+    "cutlass",
+    "quack",
+    "triton",
+    "coda_spec.frontend",
+    "coda_spec.source",
+    "coda_spec.validate",
+    "coda_spec.normalize",
+    "coda_spec.analyze",
+    "coda_spec.reference",
+    "coda_spec.primitives",
+    "coda_spec.lower",
+    "coda_spec.verify",
+    "coda_spec.bench",
+)
+
+
+@pytest.mark.parametrize("name", ["llama_block", "b4_ce_fwd_bwd", "rmsnorm_chain"])
+def test_a_call_imports_no_front_end(name, tmp_path):
+    """``import coda_spec.runtime``, ``load`` and forward+backward calls (M = 0 on the CPU)
+    import neither the front end (yaml, jsonschema, the spec loader, validation, analysis),
+    nor the reference interpreter and primitive registry, nor any compiler."""
+    d, checked = make_build(tmp_path, name)
+    sizes, low = _inputs(checked, 0)
+    grads = None
+    if checked.spec.backward is not None:
+        grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=1)
+    torch.save({"inputs": low, "grads": grads}, tmp_path / "call.pt")
+    code = f"""
+import sys, torch
+from coda_spec import runtime
+runtime._current_device = lambda: torch.device("cpu")
+chain = runtime.load({str(d)!r}, tuned=False)
+call = torch.load({str(tmp_path / "call.pt")!r})
+env = chain.run(call["inputs"], grads=call["grads"])
+chain(**call["inputs"])
+chain(check=False, **call["inputs"])
+if call["grads"]:
+    chain.backward(env, **call["grads"])
+bad = sorted(m for m in sys.modules if any(m == p or m.startswith(p + ".") for p in {FRONT_END!r}))
+assert not bad, bad
+print("ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+
+
+# -- the launch plan -------------------------------------------------------------------------
+
+
+def test_refuses_a_gpu_that_is_not_sm90(tmp_path, monkeypatch):
+    d, _ = make_build(tmp_path, "rmsnorm_chain")
+    chain = runtime.load(d, tuned=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(CodaRuntimeError, match=r"sm_90a kernels .*A100-SXM4-80GB is sm_80"):
+        chain._sm_count(torch.device("cuda", 0))
+
+
+def test_unchecked_call_keeps_the_m0_guard(tmp_path, cpu):
+    d, checked = make_build(tmp_path, "llama_block")
+    chain = runtime.load(d, tuned=False)
+    sizes, low = _inputs(checked, 0)
+    grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=1)
+    out = chain(check=False, **low)
+    assert {k: tuple(v.shape) for k, v in out.items()} == {
+        o["name"]: eval_shape(o["shape"], sizes) for o in chain.manifest["outputs"]
+    }
+    env = chain.run(dict(low), grads=grads, check=False)
+    assert tuple(env["dw_qkv"].shape) == tuple(low["w_qkv"].shape)
+    assert not env["dw_qkv"].any()  # a weight gradient over zero rows
+
+
+def test_a_signature_is_validated_once(tmp_path, cpu, monkeypatch):
+    """The second call with the same dtypes, shapes and strides skips the per-tensor checks;
+    a new signature is checked in full (and still refused when wrong)."""
+    d, checked = make_build(tmp_path, "rmsnorm_chain")
+    chain = runtime.load(d, tuned=False)
+    _, low = _inputs(checked, 0)
+    seen = []
+    real = Chain._check_one
+    monkeypatch.setattr(
+        Chain, "_check_one", lambda self, n, *a: seen.append(n) or real(self, n, *a)
+    )
+    chain(**low)
+    first = len(seen)
+    chain(**{k: v.clone() for k, v in low.items()})
+    assert first == len(chain.required_inputs) and len(seen) == first
+    bad = dict(low, gamma=low["gamma"].float())
+    with pytest.raises(CodaRuntimeError, match="input 'gamma' is torch.float32"):
+        chain(**bad)
+
+
+def test_a_call_leaves_no_state_on_the_chain(tmp_path, cpu):
+    """Per-call values (poison, sizes, partials, the device) live in the call, not on the
+    chain: its attributes are the same before and after a poisoned call."""
+    d, checked = make_build(tmp_path, "llama_block")
+    chain = runtime.load(d, tuned=False)
+    sizes, low = _inputs(checked, 0)
+    grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=1)
+    chain.run(dict(low), grads=dict(grads))
+    before = sorted(vars(chain))
+    chain.run(dict(low), grads=dict(grads), poison=True)
+    assert sorted(vars(chain)) == before and not hasattr(chain, "_poison")
+
+
+def test_saved_is_the_spec_save_list(tmp_path):
+    d, checked = make_build(tmp_path, "llama_block")
+    chain = runtime.load(d, tuned=False)
+    assert sorted(chain.saved) == sorted(checked.spec.backward.save)

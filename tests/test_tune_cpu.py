@@ -34,6 +34,7 @@ from coda_spec.lower import module as lower_module
 from coda_spec.runtime import Chain
 from coda_spec.source import parse_text
 from tests.conftest import ROOT
+from tests.emulate import emulate
 from tests.test_bench_cpu import FakeClock
 from tests.test_runtime_cpu import _inputs, _shrunk, make_build
 from tests.test_verify_cpu import FakeChain, fake_manifest
@@ -373,11 +374,12 @@ def announced(monkeypatch, cpu):
     """Each kernel launch tells the clock which variant runs, then takes the no-launch path."""
     clock = VariantClock()
 
-    def kernel(self, step, env, sizes, partials):
-        clock.calling((step["name"], runtime.variant_name(self._variant(step, sizes))))
-        self._no_launch(step, env, sizes, partials)
+    def tell(chain, step, call):
+        if step["kind"] == "kernel":
+            v = chain._variant(step, call.sizes, call.device)
+            clock.calling((step["name"], runtime.variant_name(v)))
 
-    monkeypatch.setattr(Chain, "_kernel", kernel)
+    emulate(monkeypatch, before=tell)
     return clock
 
 
@@ -806,9 +808,9 @@ def test_a_variant_is_timed_with_the_finalizes_of_its_partials(tmp_path, announc
     folded = []
     real = Chain._finalize
 
-    def finalize(self, step, env, sizes, partials):
-        folded.append((step["name"], sorted(partials)))
-        return real(self, step, env, sizes, partials)
+    def finalize(self, step, call):
+        folded.append((step["name"], sorted(call.partials)))
+        return real(self, step, call)
 
     monkeypatch.setattr(Chain, "_finalize", finalize)
     for v in (V0, V1, V2):

@@ -26,7 +26,7 @@ table, so this module has no table of its own.
 from __future__ import annotations
 
 from coda_spec.artifact import eval_shape, gemm_extents
-from coda_spec.reference import TORCH_DTYPES
+from coda_spec.dtypes import TORCH_DTYPES
 
 READ_ROLES = ("tile", "index", "row", "col", "scalar")
 WRITE_ROLES = ("aux", "select", "colred", "rowred", "group_out")

@@ -1,0 +1,415 @@
+"""Stage ``lower`` (per finalize step): a finalize -> ONE Triton kernel launch.
+
+Layer map
+---------
+* ``coda_spec/finalize.py`` defines what a finalize computes (the op table, ``mean_of``);
+  ``coda_spec/runtime.py`` (``Chain._finalize``, ``_fold``, ``EMPTY_FOLD``) is today's eager
+  torch version and the semantics this kernel reproduces.
+* This module turns a manifest finalize step, plus the field of the kernel step that wrote its
+  partial buffer, into a :class:`~coda_spec.lower.triton_aot.TritonKernel`: a complete,
+  readable Triton module (one ``@triton.jit`` entry) and how the runtime binds and launches it.
+  Pure text: it imports neither triton nor torch.
+* ``coda_spec/lower/triton_aot.py`` compiles it to an sm_90a cubin at build time;
+  ``coda_spec/launch.py`` launches the cubin at run time.
+
+Contract
+--------
+:func:`finalize_kernel` is a pure function of manifest-level data: the finalize step dict
+(``name``, ``op``, ``of``, ``n``, ``eps``, ``result``, ``line``), the partial's ``role``,
+``fold`` and buffer ``shape`` (a kernel step's field for ``of``: ``role``, ``fold``, ``shape``),
+the spec file and optionally the manifest's ``dims`` (static dims fold into ``n``).
+The partial is a row-major fp32 buffer; what the kernel does per role:
+
+==============  ======================  ===================  =====================================
+role            partial buffer          result (fp32)        one program per
+==============  ======================  ===================  =====================================
+``colred``      (M, n_tiles)            (M,)                 BLOCK_R rows; loops over the tiles
+``rowred``      (m_tiles, N)            (N,)                 BLOCK_C columns; loops over the tiles
+``group_out``   (M, G), complete        (M, G); (M,) if G=1  BLOCK_R rows; loops over the groups
+``exact``       (L,), (L, 1) or (1, L)  (L,)                 BLOCK elements (a host step's partial)
+``exact``       (R, C), complete        (R, C)               BLOCK_R rows; loops over the columns
+==============  ======================  ===================  =====================================
+
+The tile count is a launch-time ``extent`` argument (it follows the variant that wrote the
+buffer, and a kernel that did not launch leaves a 1-tile exact buffer), so any count folds,
+0 included. Folds (``sum``, ``max``, ``logsumexp``) then the op (``sum``/``max``/``logsumexp``:
+the fold itself; ``mean``: ``/ n``; ``rsqrt_mean``: ``1 / sqrt(mean + eps)``), exactly as the
+runtime does in torch:
+
+* a fold over nothing is ``EMPTY_FOLD``: sum 0, max -inf, logsumexp -inf; a mean with ``n = 0``
+  is 0 (``finalize.mean_of``), so rsqrt_mean is ``rsqrt(eps)``;
+* ``logsumexp`` is max-shifted, online over the tile chunks, and shifts by 0 where the running
+  max is infinite (torch's rule): all -inf gives -inf, a +inf gives +inf, never NaN from infs;
+* NaN propagates through every fold (``max`` too, as ``torch.amax`` does), so a verifier's NaN
+  poison in an unwritten partial slot reaches the result;
+* ``n``: an int, or a dim expression folded with ``dims``; a static value is a constexpr, a
+  dynamic dim (``M``) an i32 ``dim`` argument.
+
+Grids are shape expressions (``cdiv(M,128)`` or ints); a grid of 0 programs (M = 0 rows)
+launches nothing and leaves the (empty) result as allocated.
+
+Why a kernel: the eager finalize is two to four torch launches (fold, divide, add, rsqrt) plus
+allocations per step between two GEMMs; one launch that reads the partial once is the whole
+step, and it needs no torch at run time (the cubin is launched through the driver).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+from coda_spec.dims import fold as fold_dim
+from coda_spec.finalize import NEEDS_N, OPS
+from coda_spec.lower.triton_aot import TritonKernel
+
+ROLES = ("colred", "rowred", "group_out", "exact")
+FOLDED_ROLES = ("colred", "rowred")  # per-tile partials; group_out and exact are complete
+FOLD_OPS = {  # partial fold -> the finalize ops that may read it (analysis enforces this)
+    "sum": ("sum", "mean", "rsqrt_mean"),
+    "max": ("max",),
+    "logsumexp": ("logsumexp",),
+}
+BLOCK_ELEMS = 2048  # elements per program per loop iteration (16 fp32 a thread at 4 warps)
+MAX_BLOCK_ROWS = 1024
+MAX_BLOCK_TILES = 128  # colred: the whole tile axis of the usual variants in one iteration
+ROWRED_BLOCK_COLS = 128
+ROWRED_BLOCK_TILES = 16
+NUM_WARPS = 4
+
+
+def finalize_kernel(
+    step: dict,
+    role: str,
+    fold: str | None,
+    partial_shape: list,
+    *,
+    spec_file: str,
+    dims: dict | None = None,
+    line: int | None = None,
+) -> TritonKernel:
+    """The Triton kernel of one manifest finalize ``step``.
+
+    ``role``/``fold``/``partial_shape``: the producing kernel step's field for ``step["of"]``
+    (``field["role"]``, ``field["fold"]``, ``field["shape"]``: ints, dim names and
+    ``cdiv(...)``); for a host step's complete partial, role ``"exact"``, fold None and the
+    buffer's shape. ``dims``: the manifest's ``dims`` ({name: size, None when dynamic}); with
+    it a static ``n`` such as ``"D"`` becomes a constexpr. ``line``: defaults to
+    ``step["line"]``. Raises ValueError for a step the runtime could not finalize either."""
+    op, name = step["op"], step["name"]
+    if op not in OPS:
+        raise ValueError(f"finalize step '{name}': unknown op {op!r} (one of {', '.join(OPS)})")
+    if role not in ROLES:
+        raise ValueError(f"finalize step '{name}': cannot finalize a {role!r} partial")
+    if role in FOLDED_ROLES and fold not in FOLD_OPS:
+        raise ValueError(f"finalize step '{name}': unknown partial fold {fold!r}")
+    if fold in FOLD_OPS and op not in FOLD_OPS[fold]:
+        raise ValueError(f"finalize step '{name}': '{op}' cannot fold {fold} partials")
+    if op == "rsqrt_mean" and step.get("eps") is None:
+        raise ValueError(f"finalize step '{name}': rsqrt_mean needs eps")
+    shape = list(partial_shape)
+    if role != "exact" and len(shape) != 2:
+        raise ValueError(f"finalize step '{name}': a {role} partial is 2-D, not {shape}")
+    if not 1 <= len(shape) <= 2:
+        raise ValueError(f"finalize step '{name}': a partial is 1-D or 2-D, not {shape}")
+    n = _n(step, dims) if op in NEEDS_N else None
+    k = _Kernel(step, role, fold, shape, n, spec_file, step.get("line") if line is None else line)
+    return k.build()
+
+
+def _n(step: dict, dims: dict | None):
+    """``n`` as an int (static: a constexpr) or a dim name/expression (an i32 argument)."""
+    n = step.get("n")
+    if n is None:
+        raise ValueError(f"finalize step '{step['name']}': {step['op']} needs n")
+    if isinstance(n, str) and dims is not None:
+        return fold_dim(n, dims)  # an int, or the dynamic dim's name
+    return n
+
+
+def _identifier(name: str) -> str:
+    ident = re.sub(r"\W", "_", name)
+    return ident if ident[:1].isalpha() or ident[:1] == "_" else "_" + ident
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _hint(d, default: int) -> int:
+    """A static extent to size a block by (the fallback variant's, or ``default``)."""
+    return d if isinstance(d, int) and d > 0 else default
+
+
+def _cdiv(expr, block: int):
+    """The grid expression ``cdiv(expr, block)``: an int when ``expr`` is static."""
+    if isinstance(expr, int):
+        return -(-expr // block)
+    if isinstance(expr, str) and expr.isidentifier():
+        return f"cdiv({expr},{block})"
+    raise ValueError(f"cannot launch a grid over {expr!r}: need an int or a dim name")
+
+
+class _Kernel:
+    """Assembles one finalize kernel: a builder used once, by :func:`finalize_kernel`."""
+
+    def __init__(self, step, role, fold, shape, n, spec_file, line):
+        self.step, self.role, self.fold, self.shape, self.n = step, role, fold, shape, n
+        self.of, self.result = step["of"], step["result"]
+        self.where = f"{spec_file}:{line}"
+        self.params: list[tuple[str, str, dict, str]] = []  # (param, type, arg, comment)
+        self.consts: list[tuple[str, object, str]] = []  # (param, value, comment)
+
+    # -- parameters -------------------------------------------------------------------------
+    def param(self, name: str, typ: str, arg: dict, comment: str) -> None:
+        self.params.append((name, typ, arg, comment))
+
+    def const(self, name: str, value, comment: str = "") -> None:
+        self.consts.append((name, value, comment))
+
+    def extent(self, name: str, axis: int, comment: str = "") -> None:
+        what = f"{self.of}.shape[{axis}]" + (f", {comment}" if comment else "")
+        self.param(name, "i32", {"extent": [self.of, axis]}, what)
+
+    def n_and_eps(self) -> None:
+        op, n = self.step["op"], self.n
+        if op in NEEDS_N:
+            text = self.step["n"]
+            if isinstance(n, int):
+                self.const("N", n, "n of the mean" + (f": {text} = {n}" if text != n else ""))
+            else:
+                self.param("n", "i32", {"dim": n}, f"n of the mean: {n} at the call")
+        if op == "rsqrt_mean":
+            self.const("EPS", float(self.step["eps"]))
+
+    # -- code -------------------------------------------------------------------------------
+    def op_lines(self, total: str) -> tuple[list[str], str]:
+        """The step's op on the folded ``total`` (runtime ``_finalize``): (lines, value)."""
+        op = self.step["op"]
+        if op in ("sum", "max", "logsumexp"):
+            return [], total
+        if not isinstance(self.n, int):
+            lines = [
+                "# a mean over nothing (n = 0: M = 0 rows) is 0, not 0/0 (finalize.mean_of)",
+                f"mean = tl.where(n > 0, {total} / tl.maximum(n, 1).to(tl.float32), 0.0)",
+            ]
+        elif self.n:
+            lines = [f"mean = {total} / N"]
+        else:
+            lines = ["# n = 0: a mean over nothing is 0", f"mean = tl.zeros_like({total})"]
+        if op == "mean":
+            return lines, "mean"
+        return lines + ["y = 1.0 / tl.sqrt_rn(mean + EPS)"], "y"
+
+    def fold_lines(self, axis: int, width: str, load: list[str]) -> tuple[list[str], str]:
+        """The loop folding the tile axis (``axis`` of each block ``x`` that ``load`` reads;
+        ``{other}`` in it is the fold's identity): (lines, the folded value)."""
+        other = "0.0" if self.fold == "sum" else 'float("-inf")'
+        loop = ["for t0 in range(0, tiles, BLOCK_T):"]
+        loop += ["    " + ln.format(other=other) for ln in load]
+        if self.fold == "sum":
+            init = [f"acc = tl.zeros([{width}], dtype=tl.float32)  # a sum over no tiles is 0"]
+            loop.append(f"    acc += tl.sum(x, axis={axis})")
+            return init + loop, "acc"
+        if self.fold == "max":
+            init = [f'acc = tl.full([{width}], float("-inf"), tl.float32)  # max over no tiles']
+            loop.append(f"    acc = _max_nan(acc, tl.reduce(x, {axis}, _max_nan))")
+            return init + loop, "acc"
+        keep = "[:, None]" if axis == 1 else "[None, :]"
+        init = [
+            "# online logsumexp: m the running max, s = sum exp(x - shift); an infinite max",
+            "# shifts by 0 (torch's rule): all -inf (or no tiles) gives log(0) = -inf, not NaN",
+            f'm = tl.full([{width}], float("-inf"), tl.float32)',
+            f"s = tl.zeros([{width}], dtype=tl.float32)",
+        ]
+        loop += [
+            f"    m_new = _max_nan(m, tl.reduce(x, {axis}, _max_nan))",
+            '    shift = tl.where(tl.abs(m_new) == float("inf"), 0.0, m_new)',
+            f"    s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift{keep}), axis={axis})",
+            "    m = m_new",
+        ]
+        done = ['lse = tl.log(s) + tl.where(tl.abs(m) == float("inf"), 0.0, m)']
+        return init + loop + done, "lse"
+
+    def layout(self) -> str:
+        if self.role in FOLDED_ROLES:
+            return self.role
+        if len(self.shape) == 1 or 1 in self.shape:
+            return "flat"
+        return "rows"
+
+    def _colred(self):
+        rows, tiles = self.shape
+        block_t = min(_pow2(_hint(tiles, 32)), MAX_BLOCK_TILES)
+        block_r = min(max(BLOCK_ELEMS // block_t, 1), MAX_BLOCK_ROWS)
+        self.extent("rows", 0)
+        self.extent("tiles", 1, "the tile count of the variant that wrote it (may be 0)")
+        self.const("BLOCK_R", block_r)
+        self.const("BLOCK_T", block_t)
+        fold, total = self.fold_lines(
+            1,
+            "BLOCK_R",
+            [
+                "t = t0 + tl.arange(0, BLOCK_T)",
+                "ok = row_ok[:, None] & (t < tiles)[None, :]",
+                "x = tl.load(partial + row[:, None] * tiles + t[None, :], mask=ok, other={other})",
+            ],
+        )
+        op, y = self.op_lines(total)
+        body = [
+            "row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)",
+            "row_ok = row < rows",
+            *fold,
+            *op,
+            f"tl.store(result + row, {y}, mask=row_ok)",
+        ]
+        what = (
+            f"per-N-tile partials (colred), folded along the tiles (axis 1) with {self.fold}; "
+            "one program per BLOCK_R rows"
+        )
+        return body, [rows], _cdiv(rows, block_r), what
+
+    def _rowred(self):
+        tiles, cols = self.shape
+        block_c = min(_pow2(_hint(cols, ROWRED_BLOCK_COLS)), ROWRED_BLOCK_COLS)
+        self.extent("tiles", 0, "the tile count of the variant that wrote it (may be 0)")
+        self.extent("cols", 1)
+        self.const("BLOCK_T", ROWRED_BLOCK_TILES)
+        self.const("BLOCK_C", block_c)
+        fold, total = self.fold_lines(
+            0,
+            "BLOCK_C",
+            [
+                "t = (t0 + tl.arange(0, BLOCK_T)).to(tl.int64)",
+                "ok = (t < tiles)[:, None] & col_ok[None, :]",
+                "x = tl.load(partial + t[:, None] * cols + col[None, :], mask=ok, other={other})",
+            ],
+        )
+        op, y = self.op_lines(total)
+        body = [
+            "col = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)",
+            "col_ok = col < cols",
+            *fold,
+            *op,
+            f"tl.store(result + col, {y}, mask=col_ok)",
+        ]
+        what = (
+            f"per-M-tile partials (rowred), folded along the tiles (axis 0) with {self.fold}; "
+            "one program per BLOCK_C columns"
+        )
+        return body, [cols], _cdiv(cols, block_c), what
+
+    def _flat(self):
+        axis = 0 if len(self.shape) == 1 or self.shape[0] != 1 else 1
+        size = self.shape[axis]
+        self.extent("size", axis)
+        self.const("BLOCK", MAX_BLOCK_ROWS)
+        op, y = self.op_lines("total")
+        body = [
+            "i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+            "ok = i < size",
+            "total = tl.load(partial + i, mask=ok, other=0.0)",
+            *op,
+            f"tl.store(result + i, {y}, mask=ok)",
+        ]
+        what = (
+            f"a complete {self.role} statistic (nothing to fold), one value per element, "
+            "flattened; one program per BLOCK elements"
+        )
+        return body, [size], _cdiv(size, MAX_BLOCK_ROWS), what
+
+    def _rows(self):
+        rows, cols = self.shape
+        block_c = min(_pow2(_hint(cols, 128)), MAX_BLOCK_TILES)
+        block_r = min(max(BLOCK_ELEMS // block_c, 1), MAX_BLOCK_ROWS)
+        self.extent("rows", 0)
+        self.extent("cols", 1)
+        self.const("BLOCK_R", block_r)
+        self.const("BLOCK_C", block_c)
+        op, y = self.op_lines("total")
+        body = [
+            "row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)",
+            "row_ok = row < rows",
+            "for c0 in range(0, cols, BLOCK_C):",
+            "    col = c0 + tl.arange(0, BLOCK_C)",
+            "    ok = row_ok[:, None] & (col < cols)[None, :]",
+            "    at = row[:, None] * cols + col[None, :]",
+            "    total = tl.load(partial + at, mask=ok, other=0.0)",
+            *("    " + ln for ln in op),
+            f"    tl.store(result + at, {y}, mask=ok)",
+        ]
+        what = (
+            f"a complete {self.role} statistic per (row, column) (nothing to fold); one program "
+            "per BLOCK_R rows"
+        )
+        return body, [rows, cols], _cdiv(rows, block_r), what
+
+    # -- the kernel and its module ----------------------------------------------------------
+    def build(self) -> TritonKernel:
+        self.param("partial", "*fp32", {"tensor": self.of}, "")
+        self.param("result", "*fp32", {"tensor": self.result}, "")
+        body, out_shape, grid, what = getattr(self, f"_{self.layout()}")()
+        self.n_and_eps()
+        output = {"tensor": self.result, "dtype": "fp32", "shape": out_shape, "init": "empty"}
+        entry = _identifier(self.step["name"])
+        return TritonKernel(
+            step=self.step["name"],
+            source=self.render(entry, body, out_shape, what),
+            entry=entry,
+            signature=tuple((p, t) for p, t, _, _ in self.params),
+            constexprs=tuple((c, v) for c, v, _ in self.consts),
+            args=tuple(a for _, _, a, _ in self.params),
+            outputs=(output,),
+            grid=(grid,),
+            num_warps=NUM_WARPS,
+        )
+
+    def spec_item(self) -> str:
+        """The step as the spec writes it (flow style)."""
+        s = self.step
+        parts = [f"finalize: {s['op']}", f"of: {s['of']}"]
+        if s["op"] in NEEDS_N and s.get("n") is not None:
+            parts.append(f"n: {s['n']}")
+        if s["op"] == "rsqrt_mean":
+            parts.append(f"eps: {s['eps']}")
+        parts.append(f"as: {s['result']}")
+        return "{" + ", ".join(parts) + "}"
+
+    def render(self, entry: str, body: list[str], out_shape: list, what: str) -> str:
+        part, out = _shape_text(self.shape), _shape_text(out_shape)
+        about = f"Reads {self.of} {part} fp32 (row-major), {what}; writes {self.result} {out} fp32."
+        consts = "Constexprs: " + ", ".join(f"{c}={v}" for c, v, _ in self.consts) + "."
+        lines = [
+            f'"""Finalize step {self.step["name"]} ({self.where}). Generated by coda; do not edit.',
+            "",
+            f"    {self.spec_item()}",
+            "",
+            *textwrap.wrap(about, 96),
+            *textwrap.wrap(consts, 96),
+            '"""',
+            "",
+            "import triton",
+            "import triton.language as tl",
+            "",
+        ]
+        if self.role in FOLDED_ROLES and self.fold in ("max", "logsumexp"):
+            lines += [
+                "",
+                "@triton.jit",
+                "def _max_nan(a, b):",
+                '    """max that propagates NaN, as torch.amax does (tl.max drops it)."""',
+                "    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+                "",
+            ]
+        lines += ["", "@triton.jit", f"def {entry}("]
+        shapes = {"partial": f"{self.of} {part}", "result": f"{self.result} {out}"}
+        for p, t, _, comment in self.params:
+            lines.append(f"    {p},  # {t}: " + shapes.get(p, comment))
+        for c, _, comment in self.consts:
+            lines.append(f"    {c}: tl.constexpr," + (f"  # {comment}" if comment else ""))
+        lines += ["):", f"    # {self.where}: {self.spec_item()}"]
+        lines += ["    " + ln for ln in body]
+        return "\n".join(lines) + "\n"
+
+
+def _shape_text(shape: list) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"

@@ -1,0 +1,632 @@
+"""Stage ``lower`` (per host step): a ``host:`` step's body -> one ahead-of-time Triton kernel.
+
+Layer map
+---------
+* This module: :func:`host_kernel` (the public entry), :class:`HostCtx` (what a primitive's
+  ``host`` function may use) and the scheduler that places each body item before, inside or
+  after the loop over a row. It returns a :class:`~coda_spec.lower.triton_aot.TritonKernel`;
+  ``triton_aot.compile_kernel`` compiles that to an sm_90a cubin without a GPU.
+* ``coda_spec/primitives/<name>.py``: each primitive's Triton text, in its ``host`` function
+  (``Primitive.host``); shared text lives in ``_elementwise.py`` (unary and binary ops),
+  ``_pairs.py`` (RoPE and gated pairs) and ``_loads.py`` (index tests). Nothing here imports
+  Triton or torch: generation is pure text.
+
+Contract
+--------
+``host_kernel(checked, step, block=None) -> TritonKernel`` for a host step of a checked spec
+(forward or backward section). The kernel computes every chain tensor the step writes, exactly
+as ``coda_spec.reference`` does in fp32 (the same formulas, fp32 math, stores rounded to the
+declared dtype), plus every ``finalize`` of the same section whose partial this step produces
+(``TritonKernel.folds``): a host step's row reduction is exact per row, so ``zdz = dot / D`` is
+one more division in the kernel, written straight to the finalize's result. The partial itself
+is written too (an [M] fp32 vector, what the runtime keeps for a host partial: "exact").
+Anything the kernel cannot express raises :class:`HostKernelError` (a ``SpecError``) naming the
+step and the item: a primitive without a ``host`` lowering, a grouped reduction, a value needed
+inside the loop that is only known after it (a second pass over the row).
+
+Kernel shape (why)
+------------------
+One program per row (grid ``(M,)``): every host step of the catalogue is row-wise (elementwise
+math with per-row statistics), and a row of a few thousand to tens of thousands of columns is
+one long coalesced stream. The program walks its row in chunks of ``BLOCK`` *slots*. A slot is
+the unit every value of the step shares: ``SLOTS`` slots span a row, and a tile (or per-column
+row vector) of width ``w`` holds ``L = w / SLOTS`` adjacent columns per slot, its *lanes*: value
+``x`` becomes ``x_0 .. x_{L-1}``, lane ``l`` of slot ``s`` being column ``s * L + l`` (a value
+with one lane keeps its plain name). A body without pair primitives has ``L = 1`` everywhere
+(any width, odd ones included); a pair primitive (RoPE, SwiGLU) reads its operand with two lanes
+(even, odd columns), so a half-width result (SwiGLU's output, RoPE's per-pair frequencies) has
+one lane and a double-width packed tile (dSwiGLU's dz) four. An L-lane tile is loaded as one
+contiguous [BLOCK, L] block (vectorised) and ``tl.split`` into lanes, stored with ``tl.join``.
+Per-row values (``load_col``, ``valid``, gathered columns, finished reductions) are scalars of
+the program; reductions and gathers accumulate a [BLOCK] vector across chunks and finish after
+the loop, where the per-row arithmetic on them runs. All math is fp32; offsets into a tile are
+int64 (``row * W`` overflows int32 at M = 16384, W = 2**17). Masks are emitted only when
+``SLOTS`` is not a multiple of ``BLOCK``.
+"""
+
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass
+from importlib import metadata
+
+from coda_spec import dims as dimmod
+from coda_spec.errors import Diagnostic, SpecError, format_path
+from coda_spec.lower.triton_aot import TritonKernel
+from coda_spec.primitives import registry
+from coda_spec.primitives.base import PAIR
+
+PRE, LOOP, POST = 0, 1, 2  # where a statement runs: before, inside, after the loop over a row
+WIDE = ("tile", "row")  # kinds with one value per column (lanes); col and scalar are per row
+
+TL_DTYPE = {
+    "bf16": "tl.bfloat16",
+    "fp16": "tl.float16",
+    "fp32": "tl.float32",
+    "int32": "tl.int32",
+    "int64": "tl.int64",
+}
+POINTER = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32", "int64": "*i64"}
+
+# Names the kernel itself uses; a spec value with one of these names is renamed with a trailing _.
+RESERVED = frozenset(
+    {"tl", "triton", "row", "start", "slot", "mask", "SLOTS", "BLOCK", "float", "range"}
+)
+
+# Why a primitive has no host lowering (the error says it).
+NO_HOST_WHY = {
+    "reduce_col": "a column reduction sums over rows, across programs; a host kernel runs one "
+    "program per row, so reduce the columns in a GEMM epilogue instead",
+    "prepass": "a per-row statistic used by later items of the same body needs the whole row "
+    "before the first chunk is processed: a second pass over the row",
+}
+
+MAX_CHUNK_COLUMNS = 2048  # default BLOCK: at most this many columns of the widest tile per chunk
+
+
+class HostKernelError(SpecError):
+    """A host step cannot be lowered to a Triton kernel (located at the item at fault)."""
+
+
+class HostLowerError(Exception):
+    """Raised by a primitive's ``host`` function; :func:`host_kernel` adds the location."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+@dataclass
+class HVal:
+    """A value of the body: ``lanes`` are expressions (names) -- one per lane for tiles and row
+    vectors, exactly one for per-row (col) values and scalars. ``phase``: where it is known."""
+
+    kind: str
+    lanes: tuple
+    phase: int
+    op: object = None  # the item that defined it (for the second-pass error)
+
+    @property
+    def expr(self) -> str:
+        return self.lanes[0]
+
+    @property
+    def wide(self) -> bool:
+        return self.kind in WIDE
+
+
+class HostCtx:
+    """What a primitive's ``host(hc, op)`` may use: values, tensors, layout and emission.
+
+    Statements go to the current item's phase (:meth:`line`) or explicitly before the loop
+    (:meth:`pre`: loads of per-row values, accumulators) or after it (:meth:`post`: finishing a
+    reduction). Every statement is preceded by a comment naming the spec line it came from."""
+
+    def __init__(self, checked, step, info, slots: int, block: int):
+        self.checked, self.step, self.info = checked, step, info
+        self.file = checked.spec.file
+        self.src_lines = checked.source.lines
+        self.slots, self.block = slots, block
+        self.masked = slots % block != 0
+        self.kinds = dict(info.values)  # value name -> VType (partials are chain tensors)
+        self.env: dict = {}
+        self.lines: dict = {PRE: [], LOOP: [], POST: []}
+        self.head: list = []  # per-chunk setup (slot, mask, lane offsets), top of the loop
+        self.reads: dict = {}  # chain tensor -> parameter, in first-use order
+        self.writes: dict = {}
+        self.row_ptrs: dict = {}
+        self.indexes: dict = {}
+        self.offsets_: dict = {}
+        self.partials: dict = {}  # partial tensor -> its per-row value (after the loop)
+        self.op = None  # the item being lowered (None: the step itself)
+        self.phase = PRE
+        self._last = {PRE: "", LOOP: "", POST: ""}  # last comment per phase
+        self.names = set(RESERVED)
+        for op in step.body:  # the spec's own names stay as written; temporaries avoid them
+            self.names.update(self.ident(r) for r in op.results)
+
+    # -- names -------------------------------------------------------------------------------
+    @staticmethod
+    def ident(name: str) -> str:
+        if name in RESERVED or keyword.iskeyword(name) or name.startswith("_"):
+            return f"{name}_"
+        return name
+
+    def fresh(self, base: str) -> str:
+        """A new kernel-local name: ``base`` unless taken, else ``base_2``, ``base_3``..."""
+        name, n = base, 1
+        while name in self.names or keyword.iskeyword(name):
+            n += 1
+            name = f"{base}_{n}"
+        self.names.add(name)
+        return name
+
+    # -- emission ----------------------------------------------------------------------------
+    def _comment(self) -> str:
+        if self.op is None:
+            line = self.step.loc.line
+        else:
+            line = self.op.loc.line
+        text = self.src_lines[line - 1].strip() if 0 < line <= len(self.src_lines) else ""
+        return f"# {self.file}:{line}: {text}"
+
+    def line(self, text: str, phase: int | None = None) -> None:
+        """Emit ``text`` in ``phase`` (default: the current item's), under its spec comment."""
+        phase = self.phase if phase is None else phase
+        comment = self._comment()
+        if self._last[phase] != comment:
+            self.lines[phase].append(comment)
+            self._last[phase] = comment
+        self.lines[phase].append(text)
+
+    def pre(self, text: str) -> None:
+        self.line(text, PRE)
+
+    def post(self, text: str) -> None:
+        self.line(text, POST)
+
+    def error(self, message: str, hint: str = "") -> HostLowerError:
+        return HostLowerError(message, hint)
+
+    # -- values ------------------------------------------------------------------------------
+    def value(self, raw) -> HVal:
+        """An operand: a value of the body or a number literal (a scalar)."""
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return HVal("scalar", (repr(float(raw)),), PRE)
+        return self.env[raw]
+
+    @staticmethod
+    def lane_count(*vals: HVal) -> int:
+        return max((len(v.lanes) for v in vals if v.wide), default=1)
+
+    def spread(self, val: HVal, n: int) -> tuple:
+        """``val``'s lanes, a per-row value or scalar repeated to ``n`` lanes."""
+        if not val.wide:
+            return (val.expr,) * n
+        if len(val.lanes) != n:
+            raise self.error(f"operands have {len(val.lanes)} and {n} lanes (widths differ)")
+        return val.lanes
+
+    def kind(self, name: str) -> str:
+        return self.kinds[name].kind
+
+    def lanes_of(self, width) -> int:
+        if not isinstance(width, int) or width % self.slots:
+            raise self.error(f"width {width} is not a multiple of the step's {self.slots} slots")
+        return width // self.slots
+
+    def value_lanes(self, name: str) -> int:
+        """How many lanes the body value ``name`` has (1 for per-row values and scalars)."""
+        vt = self.kinds[name]
+        return self.lanes_of(vt.width) if vt.kind in WIDE else 1
+
+    def let(self, name: str, exprs, phase: int | None = None) -> HVal:
+        """Bind body value ``name`` to ``exprs`` (one per lane), emitting one assignment each."""
+        exprs = [exprs] if isinstance(exprs, str) else list(exprs)
+        kind = self.kind(name)
+        phase = self._phase_of(kind, phase)
+        if len(exprs) != self.value_lanes(name):
+            raise self.error(f"'{name}' needs {self.value_lanes(name)} lanes, got {len(exprs)}")
+        targets = self._lane_names(name, len(exprs))
+        for target, expr in zip(targets, exprs, strict=True):
+            self.line(f"{target} = {expr}", phase)
+        val = HVal(kind, tuple(targets), phase, self.op)
+        self.env[name] = val
+        return val
+
+    def let_block(self, name: str, block: str) -> HVal:
+        """Bind tile ``name`` to a loaded [BLOCK, L] block (``L`` = its lanes), split into lanes."""
+        lanes = self.value_lanes(name)
+        targets = self._lane_names(name, lanes)
+        if lanes == 1:
+            self.line(f"{targets[0]} = {block}")
+        elif lanes == 2:
+            self.line(f"{targets[0]}, {targets[1]} = tl.split({block})")
+        else:  # [BLOCK, L] -> [BLOCK, 2, ..., 2]; each split halves the lanes (even, odd)
+            tmp = self.fresh(f"{self.ident(name)}_block")
+            shape = "[BLOCK" + ", 2" * (lanes.bit_length() - 1) + "]"
+            self.line(f"{tmp} = tl.reshape({block}, {shape})")
+            self._split(targets, tmp)
+        val = HVal(self.kind(name), tuple(targets), LOOP, self.op)
+        self.env[name] = val
+        return val
+
+    def _split(self, targets: list, expr: str) -> None:
+        if len(targets) == 2:
+            self.line(f"{targets[0]}, {targets[1]} = tl.split({expr})")
+            return
+        even = self.fresh(f"{targets[0]}_even")
+        odd = self.fresh(f"{targets[0]}_odd")
+        self.line(f"{even}, {odd} = tl.split({expr})")
+        self._split(targets[0::2], even)
+        self._split(targets[1::2], odd)
+
+    def _lane_names(self, name: str, lanes: int) -> list:
+        base = self.ident(name)
+        if lanes == 1:
+            return [base]
+        return [self.fresh(f"{base}_{i}") for i in range(lanes)]
+
+    def _phase_of(self, kind: str, phase: int | None) -> int:
+        if kind in WIDE:
+            return LOOP
+        phase = self.phase if phase is None else phase
+        if phase == LOOP:
+            raise self.error("a per-row value computed inside the loop must be finished after it")
+        return phase
+
+    # -- layout ------------------------------------------------------------------------------
+    def offsets(self, lanes: int) -> str:
+        """In-row column offsets of the current chunk for an ``lanes``-lane value: ``slot``
+        ([BLOCK]) for one lane, else a [BLOCK, lanes] block of contiguous columns."""
+        if lanes == 1:
+            return "slot"
+        if lanes not in self.offsets_:
+            name = {2: "pair_cols", 4: "quad_cols"}.get(lanes, f"cols{lanes}")
+            self.offsets_[lanes] = name
+            self.head.append(f"{name} = slot[:, None] * {lanes} + tl.arange(0, {lanes})[None, :]")
+        return self.offsets_[lanes]
+
+    def mask_arg(self, lanes: int, other: str | None = "0.0") -> str:
+        """``, mask=...`` (and ``other``) for a load/store of an ``lanes``-lane block, or ''."""
+        if not self.masked:
+            return ""
+        mask = "mask" if lanes == 1 else "mask[:, None]"
+        return f", mask={mask}" + (f", other={other}" if other is not None else "")
+
+    def masked(self, expr: str, fill: str) -> str:
+        """``expr`` with the slots past the row's end replaced by ``fill`` (reductions)."""
+        return f"tl.where(mask, {expr}, {fill})" if self.masked else expr
+
+    @staticmethod
+    def column(lanes: int, lane: int) -> str:
+        """The column index (within its tile) of lane ``lane`` of an ``lanes``-lane value."""
+        return "slot" if lanes == 1 else f"(slot * {lanes} + {lane})"
+
+    def join(self, lanes: tuple) -> str:
+        """The [BLOCK, L] block of lanes (the inverse of :meth:`let_block`'s split)."""
+
+        def tree(xs):
+            if len(xs) == 1:
+                return xs[0]
+            return f"tl.join({tree(xs[0::2])}, {tree(xs[1::2])})"
+
+        if len(lanes) <= 2:
+            return tree(list(lanes))
+        return f"tl.reshape({tree(list(lanes))}, [BLOCK, {len(lanes)}])"
+
+    # -- chain tensors -----------------------------------------------------------------------
+    def info_of(self, tensor: str):
+        return self.checked.analysis.tensor(tensor)
+
+    def tl_dtype(self, tensor: str) -> str:
+        return TL_DTYPE[self.info_of(tensor).dtype]
+
+    def ptr(self, tensor: str) -> str:
+        """The pointer parameter of a chain tensor the body reads."""
+        if tensor not in self.reads:
+            self.reads[tensor] = self.fresh(f"{self.ident(tensor)}_ptr")
+        return self.reads[tensor]
+
+    def out(self, tensor: str) -> str:
+        """The pointer parameter of a chain tensor the kernel writes (an output buffer)."""
+        if tensor not in self.writes:
+            self.writes[tensor] = self.fresh(f"{self.ident(tensor)}_ptr")
+        return self.writes[tensor]
+
+    def row_ptr(self, tensor: str, write: bool = False) -> str:
+        """A pointer to this program's row of 2-D ``tensor`` (int64 offset, before the loop)."""
+        if tensor not in self.row_ptrs:
+            info = self.info_of(tensor)
+            base = self.out(tensor) if write else self.ptr(tensor)
+            name = self.fresh(f"{self.ident(tensor)}_row")
+            self.pre(f"{name} = {base} + row * {info.shape[1]}")
+            self.row_ptrs[tensor] = name
+        return self.row_ptrs[tensor]
+
+    def index(self, tensor: str) -> str:
+        """This row's entry of an integer index tensor (loaded once, before the loop)."""
+        if tensor not in self.indexes:
+            name = self.fresh(f"{self.ident(tensor)}_idx")
+            self.pre(f"{name} = tl.load({self.ptr(tensor)} + row)")
+            self.indexes[tensor] = name
+        return self.indexes[tensor]
+
+    def partial(self, tensor: str, expr: str) -> None:
+        """Record a finished per-row partial (a name bound after the loop) and write it."""
+        self.partials[tensor] = expr
+        self.post(f"tl.store({self.out(tensor)} + row, {expr})")
+
+
+# -- the scheduler ---------------------------------------------------------------------------
+
+
+def _operand_names(op, p) -> list:
+    names = []
+    for key in p.operands:
+        raw = op.get(key)
+        for x in raw if isinstance(raw, list) else [raw]:
+            if isinstance(x, str):
+                names.append(x)
+    return names
+
+
+def _schedule(hc: HostCtx, op, p) -> int:
+    """The phase an item runs in: inside the loop if it reads or makes a per-column value (or
+    accumulates one), else as soon as its per-row operands are known. Refuses an item that
+    needs, inside the loop, a value only known after it."""
+    vals = [hc.env[n] for n in _operand_names(op, p)]
+    made = [hc.kind(r) for r in op.results if r in hc.kinds]
+    if any(v.wide for v in vals) or any(k in WIDE for k in made):
+        late = [(n, v) for n, v in zip(_operand_names(op, p), vals, strict=True) if v.phase == POST]
+        if late:
+            name, v = late[0]
+            src = f"'{v.op.prim}' (line {v.op.loc.line})" if v.op is not None else "a reduction"
+            raise HostLowerError(
+                f"reads '{name}', which {src} knows only after the whole row has been read; "
+                "using it per column needs a second pass over the row, which host kernels do "
+                "not make",
+                "split the body into two host steps (store the per-row value, load_col it in "
+                "the second), or restate the math without it",
+            )
+        return LOOP
+    return max([PRE] + [v.phase for v in vals])
+
+
+def _section(spec, step) -> tuple:
+    """(steps of the section holding ``step``, its index there, 'steps' or 'backward.steps')."""
+    for where, steps in (("steps", spec.steps), ("backward.steps", _backward_steps(spec))):
+        for i, s in enumerate(steps):
+            if s is step or (s.kind == "host" and s.name == getattr(step, "name", step)):
+                return steps, i, where
+    raise KeyError(f"no host step {getattr(step, 'name', step)!r} in spec '{spec.name}'")
+
+
+def _backward_steps(spec) -> tuple:
+    return spec.backward.steps if spec.backward is not None else ()
+
+
+def _step_info(analysis, where: str, index: int):
+    return (analysis.steps if where == "steps" else analysis.backward_steps)[index]
+
+
+def _slots(step, info, prims) -> int:
+    """The slot count: the narrowest per-column width, halved where a pair primitive reads its
+    widest tile operand as (even, odd) lanes. Every width must be a power-of-two multiple."""
+    widths = {vt.width for _, vt in info.values if vt.kind in WIDE}
+    candidates = set(widths)
+    kinds = dict(info.values)
+    for op in step.body:
+        if prims[op.prim].family != PAIR:
+            continue
+        tiles = [kinds[n].width for n in _operand_names(op, prims[op.prim]) if n in kinds]
+        tiles = [w for w in tiles if isinstance(w, int)]
+        if tiles:
+            candidates.add(max(tiles) // 2)
+    if not candidates:
+        return 1  # no per-column value: the body runs once per row, no loop
+    bad = [w for w in candidates if not isinstance(w, int)]
+    if bad:
+        raise HostLowerError(
+            f"host kernels need static widths; '{bad[0]}' is a dynamic dim",
+            "give the column dim a size under dims:",
+        )
+    slots = min(candidates)
+    for w in widths:
+        ratio = w // slots
+        if w % slots or ratio & (ratio - 1):
+            raise HostLowerError(
+                f"widths {sorted(widths)} do not share a power-of-two slot ({slots} columns)",
+                "host kernels take tiles of one width, its half and its double",
+            )
+    return slots
+
+
+def _default_block(slots: int, max_lanes: int) -> int:
+    cap = max(1, MAX_CHUNK_COLUMNS // max_lanes)
+    block = 1
+    while block < min(slots, cap):
+        block *= 2
+    return block
+
+
+def _locate(file, step, op, message: str, hint: str = "") -> HostKernelError:
+    loc = op.loc if op is not None else step.loc
+    return HostKernelError(
+        [Diagnostic(file, loc.line, loc.col, format_path(loc.path), message, hint)]
+    )
+
+
+def _fold_finalizes(hc: HostCtx, steps, index: int) -> list:
+    """Compute, after the loop, every later finalize of this section that reads a partial of
+    this step; returns their step names."""
+    folds = []
+    sizes = hc.checked.spec.dim_sizes()
+    for s in steps[index + 1 :]:
+        if s.kind != "finalize" or s.of not in hc.partials:
+            continue
+        kind, _, width, group, _ = hc.info_of(s.of).partial
+        n = s.n if s.n is not None else (group or width)
+        try:
+            n = dimmod.fold(n, sizes)
+        except dimmod.DimError:
+            continue  # a dynamic n: the runtime's finalize divides at the call's size
+        if not isinstance(n, int) or kind != "rowpart" or group:
+            continue
+        x = hc.partials[s.of]
+        expr = {
+            "sum": x,
+            "max": x,
+            "logsumexp": x,
+            "mean": f"{x} / {float(n)!r}",
+            "rsqrt_mean": f"tl.rsqrt({x} / {float(n)!r} + {float(s.eps)!r})",
+        }[s.op]
+        hc.op = s
+        name = hc.fresh(hc.ident(s.result))
+        if expr != x:
+            hc.post(f"{name} = {expr}")
+        else:
+            name = x
+        hc.post(f"tl.store({hc.out(s.result)} + row, {name})")
+        folds.append(s.name)
+    hc.op = None
+    return folds
+
+
+def host_kernel(checked, step, block: int | None = None) -> TritonKernel:
+    """The Triton kernel of host step ``step`` (the IR node, or its name) of ``checked``.
+
+    ``block``: slots per chunk (a power of two; default: up to 2048 columns of the widest tile).
+    Raises :class:`HostKernelError` naming the item a host kernel cannot express."""
+    spec, analysis = checked.spec, checked.analysis
+    steps, index, where = _section(spec, step)
+    step = steps[index]
+    info = _step_info(analysis, where, index)
+    prims = registry()
+    file = spec.file
+    prefix = f"host step '{step.name}'"
+    for op in step.body:
+        p = prims[op.prim]
+        if p.host is None:
+            why = NO_HOST_WHY.get(op.prim, "no Triton text is written for it yet")
+            raise _locate(
+                file, step, op, f"{prefix}: primitive '{op.prim}' has no host-kernel lowering "
+                f"({why})"
+            )
+    try:
+        slots = _slots(step, info, prims)
+    except HostLowerError as e:
+        raise _locate(file, step, None, f"{prefix}: {e.message}", e.hint) from None
+    widths = [vt.width for _, vt in info.values if vt.kind in WIDE]
+    max_lanes = max((w // slots for w in widths), default=1)
+    if block is None:
+        block = _default_block(slots, max_lanes)
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"block must be a power of two, not {block}")
+    hc = HostCtx(checked, step, info, slots, block)
+    hc.pre("row = tl.program_id(0).to(tl.int64)")
+    for op in step.body:
+        p = prims[op.prim]
+        hc.op = op
+        try:
+            hc.phase = _schedule(hc, op, p)
+            p.host(hc, op)
+        except HostLowerError as e:
+            raise _locate(
+                file, step, op, f"{prefix}: '{op.prim}' (line {op.loc.line}) {e.message}", e.hint
+            ) from None
+    folds = _fold_finalizes(hc, steps, index)
+    return _kernel(hc, step, info, folds)
+
+
+# -- assembly --------------------------------------------------------------------------------
+
+
+def _params(hc: HostCtx) -> list:
+    """(parameter, chain tensor, role) in kernel order: tensors read, then tensors written."""
+    out = [(p, t, "read") for t, p in hc.reads.items()]
+    out += [(p, t, "written") for t, p in hc.writes.items()]
+    return out
+
+
+def _shape(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _coda_version() -> str:
+    try:
+        return metadata.version("coda-spec")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _source(hc: HostCtx, step, entry: str, params: list) -> str:
+    spec = hc.checked.spec
+    over = hc.info_of(step.over)
+    banner = [
+        f"# Generated by coda {_coda_version()} from {spec.file} step {step.name} "
+        f"(spec hash {spec.digest}).",
+        "# Generated file: do not edit; change the spec and rebuild.",
+        f'"""Host step \'{step.name}\' of chain \'{spec.name}\' as one Triton kernel '
+        "(coda_spec/lower/host_kernel.py).",
+        "",
+        f"One program per row of '{step.over}' {_shape(over.shape)}. The row is walked in chunks "
+        "of BLOCK of its",
+        "SLOTS slots; a value with L lanes holds L adjacent columns per slot (lane l of slot s is "
+        "column",
+        "s * L + l) and is named x_0 .. x_{L-1} (one lane: x). All math is fp32.",
+        '"""',
+        "",
+        "import triton",
+        "import triton.language as tl",
+        "",
+        "",
+        "@triton.jit",
+        f"def {entry}(",
+    ]
+    for param, tensor, role in params:
+        info = hc.info_of(tensor)
+        banner.append(f"    {param},  # {tensor}: {_shape(info.shape)} {info.dtype}, {role}")
+    banner += ["    SLOTS: tl.constexpr,", "    BLOCK: tl.constexpr,", "):"]
+    body = [f"    {x}" for x in hc.lines[PRE]]
+    if hc.lines[LOOP]:
+        hc.op = None
+        what = f"{hc._comment()} (chunks of BLOCK slots"
+        body.append(f"    {what}, {hc.slots} per row)")
+        body.append("    for start in range(0, SLOTS, BLOCK):")
+        head = ["slot = start + tl.arange(0, BLOCK)"]
+        if hc.masked:
+            head.append("mask = slot < SLOTS")
+        body += [f"        {x}" for x in head + hc.head]
+        body += [f"        {x}" for x in hc.lines[LOOP]]
+    body += [f"    {x}" for x in hc.lines[POST]]
+    return "\n".join(banner + body) + "\n"
+
+
+def _kernel(hc: HostCtx, step, info, folds) -> TritonKernel:
+    entry = f"coda_{step.name}"
+    params = _params(hc)
+    analysis = hc.checked.analysis
+    signature = tuple((p, POINTER[hc.info_of(t).dtype]) for p, t, _ in params)
+    args = tuple({"tensor": t} for _, t, _ in params)
+    outputs = tuple(
+        {
+            "tensor": t,
+            "dtype": analysis.tensor(t).dtype,
+            "shape": list(analysis.tensor(t).shape),
+            "init": "empty",
+        }
+        for t in hc.writes
+    )
+    return TritonKernel(
+        step=step.name,
+        source=_source(hc, step, entry, params),
+        entry=entry,
+        signature=signature,
+        constexprs=(("SLOTS", hc.slots), ("BLOCK", hc.block)),
+        args=args,
+        outputs=outputs,
+        grid=(info.rows,),
+        num_warps=4,
+        folds=tuple(folds),
+    )
