@@ -1,7 +1,7 @@
 """The artifact format: ``manifest.json`` of a build directory (written by build, read by runtime).
 
 A manifest is the complete calling contract of a built chain; the runtime reads nothing else
-(plus ``spec.yaml`` for host steps). Format version ``FORMAT_VERSION``; readers accept the
+(plus the cubins and the library it names). Format version ``FORMAT_VERSION``; readers accept the
 versions in ``READABLE_FORMATS`` and refuse others.
 
 Format history: 2 added ``grads_in`` and ``backward_outputs`` (the runtime runs backward
@@ -15,7 +15,13 @@ compiled at each candidate its primitives support and whose SASS does not spill,
 ``config``, exported ``symbol``, ``fields`` (partial-buffer shapes follow the tile),
 ``field_order``, ``majors``, ``max_swizzle_size``, ``compile_s``, ``object_bytes``, ``spills``.
 ``variants[0]`` repeats the step's own values (the fallback). Format 2/3 steps have no
-``variants``: one variant, at ``config``.
+``variants``: one variant, at ``config``. 5 compiles host steps and finalizes ahead of time:
+a host step and a finalize carry ``launch`` (the Triton cubin's entry: ``cubin``, ``name``,
+``num_warps``, ``shared``, ``grid``, ``args``, ``types``, ``outputs``, ``hidden``, ``folds``;
+see ``coda_spec.lower.triton_aot``), a finalize that a host kernel computes carries
+``folded_into`` (that host step) instead, a host step lists its ``partials`` (tensor -> fold)
+and a kernel step says whether its epilogue is ``acc_only`` (a store of acc alone). A format
+2-4 build still loads; its finalizes fold in torch and its host steps are refused (rebuild).
 
 Top level: ``format``, ``name``, ``digest`` (spec content hash), ``versions`` (coda, quack,
 cutlass-dsl, tvm-ffi), ``config`` (tile/cluster/schedule), ``library`` (the .so), ``dims``,
@@ -43,8 +49,8 @@ import sys
 import time
 from pathlib import Path
 
-FORMAT_VERSION = 4  # 2: grads_in, backward_outputs; 3: inputs[].required; 4: variants
-READABLE_FORMATS = (2, 3, 4)  # a format-2 manifest reads as "every input required"
+FORMAT_VERSION = 5  # 2: grads_in, backward_outputs; 3: inputs[].required; 4: variants; 5: launch
+READABLE_FORMATS = (2, 3, 4, 5)  # a format-2 manifest reads as "every input required"
 MANIFEST = "manifest.json"
 # a reduction -> how its partials fold (the first fold finalize allows; primitives/_reduce.py)
 FOLD_OF = {"sum": "sum", "sumsq": "sum", "dot": "sum", "max": "max", "absmax": "max"}
@@ -87,7 +93,7 @@ def _variant(v: dict, rec: dict) -> dict:
     }
 
 
-def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered) -> dict:
+def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered, launches) -> dict:
     if step.kind == "kernel":
         k = dict(kernels_by_step[step.name])
         rec = records_by_symbol[k["symbol"]]
@@ -112,20 +118,14 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
         ]
         return k
     if step.kind == "finalize":
-        part = analysis.tensor(step.of).partial
-        kind, _, width, group, rows = part
-        n = step.n if step.n is not None else (group or width if kind == "rowpart" else rows)
-        return {
-            "kind": "finalize",
-            "name": step.name,
-            "op": step.op,
-            "of": step.of,
-            "result": step.result,
-            "n": n,
-            "eps": step.eps,
-            "line": step.loc.line,
-        }
-    return {
+        data = finalize_data(step, analysis)
+        if step.name in launches:
+            data["launch"] = launches[step.name]
+        folder = next((s for s, e in launches.items() if step.name in e.get("folds", ())), None)
+        if folder is not None:
+            data["folded_into"] = folder
+        return data
+    data = {
         "kind": "host",
         "name": step.name,
         "over": step.over,
@@ -137,6 +137,26 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
             for t in info.writes
             if analysis.tensor(t).origin == "partial"
         },
+    }
+    if step.name in launches:
+        data["launch"] = launches[step.name]
+    return data
+
+
+def finalize_data(step, analysis) -> dict:
+    """A finalize step as the manifest records it (``n`` defaults to the reduced extent)."""
+    part = analysis.tensor(step.of).partial
+    kind, _, width, group, rows = part
+    n = step.n if step.n is not None else (group or width if kind == "rowpart" else rows)
+    return {
+        "kind": "finalize",
+        "name": step.name,
+        "op": step.op,
+        "of": step.of,
+        "result": step.result,
+        "n": n,
+        "eps": step.eps,
+        "line": step.loc.line,
     }
 
 
@@ -167,7 +187,11 @@ def input_required(entry: dict) -> bool:
     return bool(entry.get("required", True))
 
 
-def make_manifest(checked, lowered: dict, records: list[dict], library: str | None) -> dict:
+def make_manifest(
+    checked, lowered: dict, records: list[dict], library: str | None, launches: dict | None = None
+) -> dict:
+    """The manifest of a build. ``launches``: {step: launch entry} of the compiled host steps
+    and finalizes (``coda_spec.lower.triton_aot``)."""
     from coda_spec.lower.module import tool_versions
 
     spec, a = checked.spec, checked.analysis
@@ -175,13 +199,13 @@ def make_manifest(checked, lowered: dict, records: list[dict], library: str | No
     kernels = {k["step"]: k for k in lowered["kernels"]}
     recs = {r["symbol"]: r for r in records}
     steps = [
-        _step_data(s, i, kernels, recs, a, lowered)
+        _step_data(s, i, kernels, recs, a, lowered, launches or {})
         for s, i in zip(spec.steps, a.steps, strict=True)
     ]
     bsteps = []
     if spec.backward is not None:
         bsteps = [
-            _step_data(s, i, kernels, recs, a, lowered)
+            _step_data(s, i, kernels, recs, a, lowered, launches or {})
             for s, i in zip(spec.backward.steps, a.backward_steps, strict=True)
         ]
     producer = {t.name: t.producer for t in a.tensors}

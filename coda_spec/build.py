@@ -5,7 +5,9 @@ the chain, and every intermediate is kept in the build directory)::
 
     load -> validate -> normalize -> analyze      (coda_spec.frontend; no torch, no quack)
     lower     kernel.py + lowered.json            (coda_spec.lower; text only)
+              kernels/<step>.py                   (host steps and finalizes as Triton kernels)
     compile   one .o per kernel + .compiled.json  (worker processes: coda_spec.lower.quack_adapter)
+              kernels/<step>.cubin                (Triton, sm_90a, in this process)
     link      <name>.so                           (gcc, against libcute_dsl_runtime + libtvm_ffi)
     manifest  manifest.json                       (coda_spec.artifact; marks the build complete)
 
@@ -33,11 +35,13 @@ from pathlib import Path
 from coda_spec import artifact
 from coda_spec.config import BuildConfig, config_text
 from coda_spec.errors import Diagnostic, SpecError, ToolError
+from coda_spec.lower import triton_aot
 
 STAGES = ("load", "validate", "normalize", "analyze", "lower", "compile", "link", "manifest")
 MAX_WORKERS = 2  # each compile worker peaks at ~750 MB
 # What the compile workers import: module -> the distribution of the [build] extra providing it.
 BUILD_MODULES = (("quack", "quack-kernels"), ("cutlass", "nvidia-cutlass-dsl"))
+AOT_MODULES = (("triton", "triton"),)  # what compiles host steps and finalizes
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,10 @@ class BuildResult:
     seconds: float
 
 
-def build_hash(checked, config, lowered) -> str:
+def build_hash(checked, config, lowered, aot=()) -> str:
     """Content address: the spec, the generated source (a change in coda's lowering is a new
-    build), the config (or the candidate list), the tool versions and the artifact format."""
+    build; ``aot``: the Triton kernels of host steps and finalizes), the config (or the
+    candidate list), the tool versions and the artifact format."""
     from coda_spec.lower.module import tool_versions
 
     configs = config if isinstance(config, tuple) else (config,)
@@ -75,6 +80,7 @@ def build_hash(checked, config, lowered) -> str:
             "spec": checked.spec.digest,
             "config": key,
             "kernel.py": lowered.source,
+            "kernels": [k.source for k in aot],
             "tools": tool_versions(),
             "format": artifact.FORMAT_VERSION,
         },
@@ -106,14 +112,17 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
 
     # pure text, fast: part of the content address
     lowered, variants, dropped = lower_variants(checked, opts.candidates)
-    final = opts.out / f"{name}-{build_hash(checked, opts.candidates, lowered)}"
+    meta = lowered_json(checked, lowered, opts.candidates, variants)
+    aot = aot_kernels(checked, meta)
+    final = opts.out / f"{name}-{build_hash(checked, opts.candidates, lowered, aot)}"
     if not opts.force and (final / artifact.MANIFEST).is_file():
         _point_latest(opts.out, name, final)
         elapsed = time.perf_counter() - start
         print(f"{path}: cache hit: {final} ({elapsed:.2f}s)")
         return BuildResult(name, final, True, True, elapsed)
-    if lowered.kernels and STAGES.index(opts.stop_after) >= STAGES.index("compile"):
-        require_build_extra()  # before any "compiling" line: fail with how to install
+    if STAGES.index(opts.stop_after) >= STAGES.index("compile"):
+        # before any "compiling" line: fail with how to install
+        require_build_extra(BUILD_MODULES * bool(lowered.kernels) + AOT_MODULES * bool(aot))
     opts.out.mkdir(parents=True, exist_ok=True)
     tmp = opts.out / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -123,7 +132,7 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
             for step, cfg, why in dropped:
                 what = f"kernel '{step}': candidate {config_text(cfg.key())}"
                 _say(f"{path}: {what} dropped: {why}", log)
-            complete = _run_stages(path, checked, lowered, variants, tmp, opts, log)
+            complete = _run_stages(path, checked, (lowered, meta, aot), variants, tmp, opts, log)
         _publish(tmp, final)
     except (SpecError, ToolError):
         failed = opts.out / f"{final.name}.failed"  # keep the full logs of a failed build
@@ -141,14 +150,15 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     return BuildResult(name, final, False, complete, elapsed)
 
 
-def require_build_extra() -> None:
+def require_build_extra(modules=BUILD_MODULES + AOT_MODULES) -> None:
     """Raise ToolError naming the missing packages when the [build] extra is not installed.
 
     Looked up with ``importlib.util.find_spec`` (nothing is imported): the compile workers are
-    what import quack and cutlass, and without them they die before writing anything.
+    what import quack and cutlass (GEMM kernels), this process imports triton (host steps and
+    finalizes), and without them nothing can be written.
     """
     missing = []
-    for module, dist in BUILD_MODULES:
+    for module, dist in modules:
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):  # a broken or half-installed package
@@ -161,33 +171,87 @@ def require_build_extra() -> None:
             + ", ".join(missing)
             + '; install it with: pip install "coda-spec[build]" '
             '(from a checkout: pip install -e ".[build]"). '
-            "Host-only specs and --stop-after lower build without it"
+            "--stop-after lower builds without it"
         )
 
 
-def _run_stages(path, checked, lowered, variants, tmp: Path, opts, log) -> bool:
+def _run_stages(path, checked, lowering, variants, tmp: Path, opts, log) -> bool:
     from coda_spec.ir import to_data
 
+    lowered, meta, aot = lowering
     (tmp / "spec.yaml").write_text(checked.source.text)
     (tmp / "spec.normalized.json").write_text(json.dumps(to_data(checked.spec), indent=1) + "\n")
     (tmp / "kernel.py").write_text(lowered.source)
-    meta = lowered_json(checked, lowered, opts.candidates, variants)
     (tmp / "lowered.json").write_text(json.dumps(meta, indent=1) + "\n")
+    for k in aot:
+        (tmp / triton_aot.KERNEL_DIR).mkdir(exist_ok=True)
+        (tmp / triton_aot.KERNEL_DIR / f"{k.step}.py").write_text(k.source)
     n = sum(len(v) for v in variants.values())
     _say(f"{path}: lowered {len(lowered.kernels)} kernel(s), {n} variant(s) -> kernel.py", log)
+    if aot:
+        names = ", ".join(k.step for k in aot)
+        _say(f"{path}: lowered {len(aot)} Triton kernel(s) -> kernels/ ({names})", log)
     if opts.stop_after == "lower":
         return False
     symbols = [v.symbol for vs in variants.values() for v in vs]
     records = compile_kernels(path, checked, tmp, symbols, opts, log)
     records = _drop_spilling(path, tmp, records, variants, log)
     _note_starved(path, records, log)
+    launches = compile_aot(path, aot, tmp, log)
     if opts.stop_after == "compile":
         return False
     so = link(tmp, checked.spec.name, [r["symbol"] for r in records], log) if records else None
     if opts.stop_after == "link":
         return False
-    artifact.write_manifest(tmp, artifact.make_manifest(checked, meta, records, so))
+    manifest = artifact.make_manifest(checked, meta, records, so, launches)
+    artifact.write_manifest(tmp, manifest)
     return True
+
+
+def aot_kernels(checked, meta: dict) -> list:
+    """Every host step, and every finalize a host kernel does not fold, as a Triton kernel
+    (text; part of the content address). A finalize reads the partial buffer of the kernel step
+    that wrote it, as the fallback variant lays it out (the tile count is a launch argument)."""
+    from coda_spec.lower.finalize_kernel import finalize_kernel
+    from coda_spec.lower.host_kernel import host_kernel
+
+    spec = checked.spec
+    steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+    out, folded = [], set()
+    for s in steps:
+        if s.kind == "host":
+            k = host_kernel(checked, s)
+            out.append(k)
+            folded.update(k.folds)
+    fields = {f["tensor"]: f for k in meta["kernels"] for f in k["fields"]}
+    for s in steps:
+        if s.kind != "finalize" or s.name in folded:
+            continue
+        data = artifact.finalize_data(s, checked.analysis)
+        f = fields.get(s.of)
+        if f is None:  # a host step's partial: complete per row
+            role, fold, shape = "exact", None, meta["tensors"][s.of]["shape"]
+        else:
+            role, fold, shape = f["role"], f["fold"], f["shape"]
+        out.append(finalize_kernel(data, role, fold, shape, spec_file=spec.file))
+    return out
+
+
+def compile_aot(path, aot: list, tmp: Path, log) -> dict:
+    """Compile the Triton kernels (sm_90a cubins, in this process): {step: launch entry}."""
+    if not aot:
+        return {}
+    _say(f"{path}: compiling {', '.join(k.step for k in aot)} (Triton, sm_90a)", log)
+    out = {}
+    for k in aot:
+        start = time.perf_counter()
+        try:
+            out[k.step] = triton_aot.compile_kernel(k, tmp)
+        except triton_aot.TritonCompileError as e:
+            raise ToolError(f"{path}: {e} (a coda bug; please report)") from e
+        out[k.step]["compile_s"] = round(time.perf_counter() - start, 2)
+        _say(f"{path}: compiled {k.step} in {out[k.step]['compile_s']}s", log)
+    return out
 
 
 def _drop_spilling(path, tmp: Path, records: list, variants: dict, log) -> list:

@@ -282,8 +282,8 @@ class Chain:
             for v in vs
             for f in v["fields"]
         }
-        self._cubins = {
-            s["name"]: Cubin(self.directory, s["launch"])
+        self._cubins = {  # step -> (cubin, aligned cubin or None)
+            s["name"]: _cubins(self.directory, s["launch"])
             for s in self._forward + self._backward
             if s.get("launch")
         }
@@ -924,7 +924,7 @@ class Chain:
         for t in step["writes"]:
             call.partials.setdefault(t, ("exact", None))
 
-    def _launch(self, step, cubin: Cubin, call: _Call):
+    def _launch(self, step, cubin: tuple, call: _Call):
         """Allocate a compiled step's outputs, bind its arguments, launch it."""
         launch, env, sizes = step["launch"], call.env, call.sizes
         for o in launch["outputs"]:
@@ -935,20 +935,27 @@ class Chain:
                 env[t] = torch.zeros(shape, dtype=dtype, device=call.device)
             else:
                 env[t] = _alloc(call, shape, dtype)
+        align = launch.get("pointer_align", 1)
         args = []
-        for a in launch["args"]:
-            if "tensor" in a:
-                args.append(env[a["tensor"]].data_ptr())
-            elif "dim" in a:
-                args.append(_dim(a["dim"], sizes))
-            else:
-                t, axis = a["extent"]
-                args.append(int(env[t].shape[axis]))
-        grid = tuple(_dim(g, sizes) for g in launch["grid"])
+        for a, v in zip(launch["args"], launch_values(launch, env, sizes), strict=True):
+            if isinstance(v, torch.Tensor):
+                v = v.data_ptr()
+                if v % align:
+                    raise CodaRuntimeError(
+                        f"{self.name}: step '{step['name']}' reads '{a['tensor']}' at an address "
+                        f"that is not {align}-byte aligned"
+                    )
+            args.append(v)
+        grid = launch_grid(launch, env, sizes)
+        generic, fast = cubin
+        if fast is not None:
+            want = launch["aligned"]
+            if all(args[i] % want["multiple"] == 0 for i in want["params"]):
+                generic = fast
         if call.device.type == "cuda":
             self._sm_count(call.device)  # the architecture check
         try:
-            cubin.launch(call.device.index or 0, call.stream, grid, tuple(args))
+            generic.launch(call.device.index or 0, call.stream, grid, tuple(args))
         except LaunchError as e:
             raise CodaRuntimeError(f"{self.name}: step '{step['name']}': {e}") from e
 
@@ -964,14 +971,46 @@ class Chain:
         return self._checked
 
 
-def _dim(expr, sizes: dict) -> int:
-    """A launch argument or grid entry: an int or a dim expression (``M``, ``3*D``,
-    ``cdiv(M,4)``)."""
+def _dim(expr, sizes: dict, env: dict | None = None) -> int:
+    """A launch argument or grid entry: an int, a dim expression (``M``, ``3*D``,
+    ``cdiv(M,4)``) or ``{"extent": [tensor, axis], "block": B}`` (cdiv of that axis of that
+    tensor as it is now)."""
     if isinstance(expr, int):
         return expr
+    if isinstance(expr, dict):
+        t, axis = expr["extent"]
+        return -(-int(env[t].shape[axis]) // int(expr.get("block", 1)))
     if expr.startswith("cdiv("):
         return shape_fn([expr])(sizes)[0]
     return dimmod.evaluate(expr, sizes)
+
+
+def launch_values(launch: dict, env: dict, sizes: dict) -> list:
+    """The arguments of a compiled step (a manifest ``launch`` entry) at this call: the chain
+    tensor for a ``tensor`` argument (the runtime passes its pointer), an int otherwise."""
+    out = []
+    for a in launch["args"]:
+        if "tensor" in a:
+            out.append(env[a["tensor"]])
+        elif "dim" in a:
+            out.append(_dim(a["dim"], sizes))
+        else:
+            t, axis = a["extent"]
+            out.append(int(env[t].shape[axis]) // a.get("div", 1))
+    return out
+
+
+def launch_grid(launch: dict, env: dict, sizes: dict) -> tuple:
+    """The grid of a compiled step at this call."""
+    return tuple(_dim(g, sizes, env) for g in launch["grid"])
+
+
+def _cubins(directory: Path, launch: dict) -> tuple:
+    """A compiled step's cubins: (generic, aligned or None); see ``triton_aot``."""
+    fast = launch.get("aligned")
+    if fast is not None:
+        fast = Cubin(directory, {**launch, **fast})
+    return Cubin(directory, launch), fast
 
 
 def _alloc(call: _Call, shape, dtype):

@@ -93,7 +93,7 @@ def test_host_only_spec_builds_without_build_extra(monkeypatch, tmp_path):
 
 def test_workers_without_output_point_at_the_log_that_exists(monkeypatch, tmp_path):
     """The message names the build log where it is after the failed build is renamed."""
-    monkeypatch.setattr(build_mod, "require_build_extra", lambda: None)
+    monkeypatch.setattr(build_mod, "require_build_extra", lambda *modules: None)
     real_popen = subprocess.Popen
 
     def dying_worker(cmd, **kwargs):  # a compile worker that dies before writing anything

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from coda_spec.artifact import _step_data, eval_shape
+from coda_spec.artifact import eval_shape, finalize_data
 from coda_spec.config import BuildConfig
 from coda_spec.frontend import check_source
 from coda_spec.lower.finalize_kernel import FOLD_OPS, finalize_kernel
@@ -147,9 +147,10 @@ def _synthetic_cases() -> dict:
 
 
 def _spec_finalizes():
-    """(spec stem, finalize step dict as in the manifest, role, fold, partial shape, dims) of
-    every finalize of the bundled specs and test specs; the field comes from the lowering
-    (the fallback variant), a host step's partial is ``exact`` with its analysis shape."""
+    """(spec stem, spec file, the manifest's finalize step, role, fold, partial shape, dims,
+    result shape) of every finalize of the bundled and test specs, with the arguments
+    ``coda_spec.build.aot_kernels`` passes: the field from the lowering (the fallback variant),
+    or for a host step's partial ``exact`` and the partial's manifest shape."""
     paths = list(SPECS) + sorted((ROOT / "tests" / "specs_extra").glob("*.yaml"))
     out = []
     for path in paths:
@@ -162,13 +163,14 @@ def _spec_finalizes():
         fields = {f.tensor: f for k in lower_spec(checked, BuildConfig()).kernels for f in k.fields}
         dims = {d.name: d.size for d in spec.dims}
         for s in finals:
-            step = _step_data(s, None, {}, {}, a, {})
+            step = finalize_data(s, a)
             f = fields.get(s.of)
             if f is not None:
-                out.append((path.stem, spec.file, step, f.role, f.fold, list(f.shape), dims))
-            else:
-                shape = list(a.tensor(s.of).shape)
-                out.append((path.stem, spec.file, step, "exact", None, shape, dims))
+                role, fold, shape = f.role, f.fold, list(f.shape)
+            else:  # as coda_spec.build.aot_kernels: the manifest's shape of the host partial
+                role, fold, shape = "exact", None, list(a.tensor(s.of).shape)
+            result = list(a.tensor(s.result).shape)
+            out.append((path.stem, spec.file, step, role, fold, shape, dims, result))
     return out
 
 
@@ -177,15 +179,16 @@ SPEC_FINALIZES = _spec_finalizes()
 
 def _spec_cases() -> dict:
     cases = {}
-    for stem, spec_file, step, role, fold, shape, dims in SPEC_FINALIZES:
-        for m in (0, 300):
+    for stem, spec_file, step, role, fold, shape, dims, _ in SPEC_FINALIZES:
+        # as the build calls it (no dims: a named n is an i32 argument), and with the dims
+        for m, with_dims in ((0, False), (300, False), (300, True)):
             sizes = {k: v for k, v in dims.items() if v is not None} | {"M": m}
-            cases[f"{stem}-{step['name']}-M{m}"] = {
+            cases[f"{stem}-{step['name']}-M{m}" + ("-dims" if with_dims else "")] = {
                 "step": step,
                 "role": role,
                 "fold": fold,
                 "shape": shape,
-                "dims": dims,
+                "dims": dims if with_dims else None,
                 "sizes": sizes,
                 "buffer": list(eval_shape(shape, sizes)),
                 "spec_file": spec_file,
@@ -265,7 +268,7 @@ def _launch(kernel, fn, env: dict, sizes: dict, torch) -> None:
         else:
             t, axis = a["extent"]
             args.append(env[t].shape[axis])
-    grid = eval_shape(kernel.grid, sizes)
+    grid = tuple(-(-env[g["extent"][0]].shape[g["extent"][1]] // g["block"]) for g in kernel.grid)
     if 0 in grid:  # launch.Cubin.launch: an empty grid launches nothing
         assert all(env[o["tensor"]].numel() == 0 for o in kernel.outputs), "grid 0, output not"
         return
@@ -389,7 +392,8 @@ def test_source_banner_signature_and_contract(cid):
             or ("dim" in a and eval_shape([a["dim"]], sizes))
             or (a.get("extent", [None])[0] == case["step"]["of"])
         )
-    assert len(k.grid) == 1 and eval_shape(k.grid, sizes)[0] >= 0
+    (grid,) = k.grid  # cdiv of an axis of the partial at the launch: nothing static baked in
+    assert grid["extent"][0] == case["step"]["of"] and grid["block"] > 0
     (out,) = k.outputs
     assert out["tensor"] == case["step"]["result"] and out["dtype"] == "fp32"
     eval_shape(out["shape"], sizes)
@@ -406,7 +410,7 @@ def test_rmsnorm_finalize_is_one_launch_with_static_n():
         spec_file="specs/rmsnorm_chain.yaml",
         dims={"M": None, "D": 4096},
     )
-    assert k.grid == ("cdiv(M,128)",)
+    assert k.grid == ({"extent": ["ss", 0], "block": 128},)
     assert k.args == (
         {"tensor": "ss"},
         {"tensor": "r"},
@@ -424,7 +428,7 @@ def test_dynamic_n_is_an_i32_dim_argument():
     )
     assert ("n", "i32") in k.signature and {"dim": "M"} in k.args
     assert "N" not in dict(k.constexprs)
-    assert k.grid == (2,) and k.outputs[0]["shape"] == [256]
+    assert k.grid == ({"extent": ["y_part", 1], "block": 64},) and k.outputs[0]["shape"] == [256]
     assert "tl.where(n > 0" in k.source  # a mean over nothing is 0
 
 
@@ -437,7 +441,6 @@ def test_dynamic_n_is_an_i32_dim_argument():
         ("select", "sum", "sum", ["M", 16], "cannot finalize"),
         ("colred", "sum", "sum", ["M"], "is 2-D"),
         ("exact", None, "sum", [2, 3, 4], "1-D or 2-D"),
-        ("colred", "sum", "sum", ["2*M", 16], "grid"),
         ("colred", "sum", "median", ["M", 16], "unknown op"),
     ],
 )
@@ -457,7 +460,7 @@ def test_rsqrt_mean_needs_eps_and_mean_needs_n():
 
 def test_every_bundled_finalize_is_covered():
     """The catalogue's finalizes (the fields from the lowering): which combinations exist."""
-    combos = {(role, fold, step["op"]) for _, _, step, role, fold, _, _ in SPEC_FINALIZES}
+    combos = {(role, fold, step["op"]) for _, _, step, role, fold, _, _, _ in SPEC_FINALIZES}
     assert {
         ("colred", "sum", "rsqrt_mean"),
         ("colred", "sum", "mean"),
@@ -467,3 +470,15 @@ def test_every_bundled_finalize_is_covered():
     } <= combos
     for role, fold, op in combos:
         assert op in _ops(role, fold) and fold in ROLE_FOLDS[role]
+
+
+@pytest.mark.parametrize(
+    "stem, step, role, fold, shape, result",
+    [(s[0], s[2], s[3], s[4], s[5], s[7]) for s in SPEC_FINALIZES],
+    ids=[f"{s[0]}-{s[2]['name']}" for s in SPEC_FINALIZES],
+)
+def test_result_shape_is_the_manifest_tensor_shape(stem, step, role, fold, shape, result):
+    """The runtime allocates a launch's outputs at the manifest's tensor shape: the kernel's
+    ``outputs`` shape must be that (the eager finalize's result shape)."""
+    k = finalize_kernel(step, role, fold, shape, spec_file=f"specs/{stem}.yaml")
+    assert k.outputs[0]["shape"] == result

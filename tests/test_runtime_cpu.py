@@ -300,7 +300,7 @@ def test_size_one_dims_get_canonical_strides():
 def test_manifest_marks_required_inputs(tmp_path):
     d, _ = make_build(tmp_path, "derive_only_inputs")
     m = json.loads((d / "manifest.json").read_text())
-    assert m["format"] == artifact.FORMAT_VERSION == 4
+    assert m["format"] == artifact.FORMAT_VERSION == 5
     required = {i["name"]: i["required"] for i in m["inputs"]}
     assert required == {
         "x": False,

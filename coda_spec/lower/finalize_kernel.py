@@ -31,7 +31,7 @@ role            partial buffer          result (fp32)        one program per
 ==============  ======================  ===================  =====================================
 
 The tile count is a launch-time ``extent`` argument (it follows the variant that wrote the
-buffer, and a kernel that did not launch leaves a 1-tile exact buffer), so any count folds,
+buffer; a GEMM that did not launch at M = 0 leaves an empty tile axis), so any count folds,
 0 included. Folds (``sum``, ``max``, ``logsumexp``) then the op (``sum``/``max``/``logsumexp``:
 the fold itself; ``mean``: ``/ n``; ``rsqrt_mean``: ``1 / sqrt(mean + eps)``), exactly as the
 runtime does in torch:
@@ -43,10 +43,16 @@ runtime does in torch:
 * NaN propagates through every fold (``max`` too, as ``torch.amax`` does), so a verifier's NaN
   poison in an unwritten partial slot reaches the result;
 * ``n``: an int, or a dim expression folded with ``dims``; a static value is a constexpr, a
-  dynamic dim (``M``) an i32 ``dim`` argument.
+  dynamic dim (``M``) an i32 ``dim`` argument (without ``dims``, any named ``n`` is one);
+* precision: exp/log are Triton's (``ex2``/``lg2`` based), sqrt and division IEEE-rounded;
+  results agree with torch's to a few ulp (sums in another order), max exactly.
 
-Grids are shape expressions (``cdiv(M,128)`` or ints); a grid of 0 programs (M = 0 rows)
-launches nothing and leaves the (empty) result as allocated.
+One divergence, by design: an ``exact`` (R, C) partial with C > 1 keeps its 2-D shape when R is
+1 at the call, where the eager runtime's ``1 in buf.shape`` flattens it (no spec makes one).
+
+Grids are ``{"extent": [of, axis], "block": B}``: cdiv of that axis of the partial at the
+launch, so nothing static is baked into the grid; a grid of 0 programs (M = 0 rows) launches
+nothing and leaves the (empty) result as allocated.
 
 Why a kernel: the eager finalize is two to four torch launches (fold, divide, add, rsqrt) plus
 allocations per step between two GEMMs; one launch that reads the partial once is the whole
@@ -57,6 +63,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from types import MappingProxyType
 
 from coda_spec.dims import fold as fold_dim
 from coda_spec.finalize import NEEDS_N, OPS
@@ -64,16 +71,15 @@ from coda_spec.lower.triton_aot import TritonKernel
 
 ROLES = ("colred", "rowred", "group_out", "exact")
 FOLDED_ROLES = ("colred", "rowred")  # per-tile partials; group_out and exact are complete
-FOLD_OPS = {  # partial fold -> the finalize ops that may read it (analysis enforces this)
-    "sum": ("sum", "mean", "rsqrt_mean"),
-    "max": ("max",),
-    "logsumexp": ("logsumexp",),
-}
+FOLD_OPS = MappingProxyType(  # partial fold -> the finalize ops that may read it (as analysis)
+    {"sum": ("sum", "mean", "rsqrt_mean"), "max": ("max",), "logsumexp": ("logsumexp",)}
+)
+TAKEN = ("triton", "tl", "_max_nan")  # names the generated module defines
 BLOCK_ELEMS = 2048  # elements per program per loop iteration (16 fp32 a thread at 4 warps)
 MAX_BLOCK_ROWS = 1024
 MAX_BLOCK_TILES = 128  # colred: the whole tile axis of the usual variants in one iteration
-ROWRED_BLOCK_COLS = 128
-ROWRED_BLOCK_TILES = 16
+ROWRED_BLOCK_COLS = 64  # N = 4096: 64 programs (more, smaller blocks: more in flight)
+ROWRED_BLOCK_TILES = 32
 NUM_WARPS = 4
 
 
@@ -128,7 +134,8 @@ def _n(step: dict, dims: dict | None):
 
 def _identifier(name: str) -> str:
     ident = re.sub(r"\W", "_", name)
-    return ident if ident[:1].isalpha() or ident[:1] == "_" else "_" + ident
+    ident = ident if ident[:1].isalpha() or ident[:1] == "_" else "_" + ident
+    return ident + "_" if ident in TAKEN else ident
 
 
 def _pow2(n: int) -> int:
@@ -138,15 +145,6 @@ def _pow2(n: int) -> int:
 def _hint(d, default: int) -> int:
     """A static extent to size a block by (the fallback variant's, or ``default``)."""
     return d if isinstance(d, int) and d > 0 else default
-
-
-def _cdiv(expr, block: int):
-    """The grid expression ``cdiv(expr, block)``: an int when ``expr`` is static."""
-    if isinstance(expr, int):
-        return -(-expr // block)
-    if isinstance(expr, str) and expr.isidentifier():
-        return f"cdiv({expr},{block})"
-    raise ValueError(f"cannot launch a grid over {expr!r}: need an int or a dim name")
 
 
 class _Kernel:
@@ -165,6 +163,11 @@ class _Kernel:
 
     def const(self, name: str, value, comment: str = "") -> None:
         self.consts.append((name, value, comment))
+
+    def grid(self, axis: int, block: int) -> dict:
+        """One program per ``block`` entries of the partial's ``axis`` as it is at the launch
+        (so a re-sized manifest, verify's ragged dims, needs no rebuild)."""
+        return {"extent": [self.of, axis], "block": block}
 
     def extent(self, name: str, axis: int, comment: str = "") -> None:
         what = f"{self.of}.shape[{axis}]" + (f", {comment}" if comment else "")
@@ -266,7 +269,7 @@ class _Kernel:
             f"per-N-tile partials (colred), folded along the tiles (axis 1) with {self.fold}; "
             "one program per BLOCK_R rows"
         )
-        return body, [rows], _cdiv(rows, block_r), what
+        return body, [rows], self.grid(0, block_r), what
 
     def _rowred(self):
         tiles, cols = self.shape
@@ -296,7 +299,7 @@ class _Kernel:
             f"per-M-tile partials (rowred), folded along the tiles (axis 0) with {self.fold}; "
             "one program per BLOCK_C columns"
         )
-        return body, [cols], _cdiv(cols, block_c), what
+        return body, [cols], self.grid(1, block_c), what
 
     def _flat(self):
         axis = 0 if len(self.shape) == 1 or self.shape[0] != 1 else 1
@@ -315,7 +318,7 @@ class _Kernel:
             f"a complete {self.role} statistic (nothing to fold), one value per element, "
             "flattened; one program per BLOCK elements"
         )
-        return body, [size], _cdiv(size, MAX_BLOCK_ROWS), what
+        return body, [size], self.grid(axis, MAX_BLOCK_ROWS), what
 
     def _rows(self):
         rows, cols = self.shape
@@ -341,7 +344,7 @@ class _Kernel:
             f"a complete {self.role} statistic per (row, column) (nothing to fold); one program "
             "per BLOCK_R rows"
         )
-        return body, [rows, cols], _cdiv(rows, block_r), what
+        return body, [rows, cols], self.grid(0, block_r), what
 
     # -- the kernel and its module ----------------------------------------------------------
     def build(self) -> TritonKernel:

@@ -35,20 +35,30 @@ row vector) of width ``w`` holds ``L = w / SLOTS`` adjacent columns per slot, it
 with one lane keeps its plain name). A body without pair primitives has ``L = 1`` everywhere
 (any width, odd ones included); a pair primitive (RoPE, SwiGLU) reads its operand with two lanes
 (even, odd columns), so a half-width result (SwiGLU's output, RoPE's per-pair frequencies) has
-one lane and a double-width packed tile (dSwiGLU's dz) four. An L-lane tile is loaded as one
-contiguous [BLOCK, L] block (vectorised) and ``tl.split`` into lanes, stored with ``tl.join``.
-Per-row values (``load_col``, ``valid``, gathered columns, finished reductions) are scalars of
-the program; reductions and gathers accumulate a [BLOCK] vector across chunks and finish after
-the loop, where the per-row arithmetic on them runs. All math is fp32; offsets into a tile are
-int64 (``row * W`` overflows int32 at M = 16384, W = 2**17). Masks are emitted only when
-``SLOTS`` is not a multiple of ``BLOCK``.
+one lane and a double-width packed tile (dSwiGLU's dz) four. A chunk of an L-lane tile is one
+contiguous range of L * BLOCK columns, loaded flat (so it vectorises), reshaped to
+[BLOCK, 2, ..., 2] and ``tl.split`` into lanes; stores ``tl.join`` and reshape back. Per-row
+values (``load_col``, ``valid``, gathered columns, finished reductions) are scalars of the
+program; reductions and gathers accumulate a [BLOCK] vector across chunks and finish after the
+loop, where the per-row arithmetic on them runs. All math is fp32; offsets into a tile are
+int64 (``row * W`` overflows int32 at M = 16384, W = 2**17).
+
+Shapes are launch arguments: ``SLOTS`` (the row's width over its lanes) and each folded
+finalize's ``n`` are i32 parameters, never constants, so a manifest re-sized to other static dims
+(``coda verify``'s ragged case, ``coda bench --width``) runs the same cubin; the last chunk is
+masked. Vector width: Triton vectorises a contiguous access only when it knows the base
+pointer's alignment and the row stride's divisibility. ``triton_aot.compile_kernel`` marks every
+pointer 16-byte aligned (the runtime checks it) and compiles a second cubin that also assumes
+``SLOTS`` is a multiple of 16, which the runtime launches when it is (16-byte loads and stores).
 """
 
 from __future__ import annotations
 
 import keyword
+import textwrap
 from dataclasses import dataclass
 from importlib import metadata
+from types import MappingProxyType
 
 from coda_spec import dims as dimmod
 from coda_spec.errors import Diagnostic, SpecError, format_path
@@ -59,33 +69,44 @@ from coda_spec.primitives.base import PAIR
 PRE, LOOP, POST = 0, 1, 2  # where a statement runs: before, inside, after the loop over a row
 WIDE = ("tile", "row")  # kinds with one value per column (lanes); col and scalar are per row
 
-TL_DTYPE = {
-    "bf16": "tl.bfloat16",
-    "fp16": "tl.float16",
-    "fp32": "tl.float32",
-    "int32": "tl.int32",
-    "int64": "tl.int64",
-}
-POINTER = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32", "int64": "*i64"}
+TL_DTYPE = MappingProxyType(
+    {
+        "bf16": "tl.bfloat16",
+        "fp16": "tl.float16",
+        "fp32": "tl.float32",
+        "int32": "tl.int32",
+        "int64": "tl.int64",
+    }
+)
+POINTER = MappingProxyType(
+    {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32", "int64": "*i64"}
+)
 
 # Names the kernel itself uses; a spec value with one of these names is renamed with a trailing _.
 RESERVED = frozenset(
     {"tl", "triton", "row", "start", "slot", "mask", "SLOTS", "BLOCK", "float", "range"}
+    | {f"{x}{n}" for x in ("cols", "mask") for n in (2, 4, 8, 16)}
 )
 
 # Why a primitive has no host lowering (the error says it).
-NO_HOST_WHY = {
-    "reduce_col": "a column reduction sums over rows, across programs; a host kernel runs one "
-    "program per row, so reduce the columns in a GEMM epilogue instead",
-    "prepass": "a per-row statistic used by later items of the same body needs the whole row "
-    "before the first chunk is processed: a second pass over the row",
-}
+NO_HOST_WHY = MappingProxyType(
+    {
+        "reduce_col": "a column reduction sums over rows, across programs; a host kernel runs "
+        "one program per row, so reduce the columns in a GEMM epilogue instead",
+        "prepass": "a per-row statistic used by later items of the same body needs the whole "
+        "row before the first chunk is processed: a second pass over the row",
+    }
+)
 
 MAX_CHUNK_COLUMNS = 2048  # default BLOCK: at most this many columns of the widest tile per chunk
 
 
 class HostKernelError(SpecError):
     """A host step cannot be lowered to a Triton kernel (located at the item at fault)."""
+
+    def __str__(self) -> str:
+        d = self.diagnostics[0]
+        return f"{d.file}:{d.line}: {d.message}" + (f"; {d.hint}" if d.hint else "")
 
 
 class HostLowerError(Exception):
@@ -127,7 +148,7 @@ class HostCtx:
         self.file = checked.spec.file
         self.src_lines = checked.source.lines
         self.slots, self.block = slots, block
-        self.masked = slots % block != 0
+        self.needs_mask = True  # SLOTS is a launch argument: any width, a ragged last chunk
         self.kinds = dict(info.values)  # value name -> VType (partials are chain tensors)
         self.env: dict = {}
         self.lines: dict = {PRE: [], LOOP: [], POST: []}
@@ -138,6 +159,7 @@ class HostCtx:
         self.indexes: dict = {}
         self.offsets_: dict = {}
         self.partials: dict = {}  # partial tensor -> its per-row value (after the loop)
+        self.dims: list = []  # (parameter, dim expression, comment): i32 launch arguments
         self.op = None  # the item being lowered (None: the step itself)
         self.phase = PRE
         self._last = {PRE: "", LOOP: "", POST: ""}  # last comment per phase
@@ -148,7 +170,7 @@ class HostCtx:
     # -- names -------------------------------------------------------------------------------
     @staticmethod
     def ident(name: str) -> str:
-        if name in RESERVED or keyword.iskeyword(name) or name.startswith("_"):
+        if name in RESERVED or keyword.iskeyword(name):
             return f"{name}_"
         return name
 
@@ -162,18 +184,16 @@ class HostCtx:
         return name
 
     # -- emission ----------------------------------------------------------------------------
-    def _comment(self) -> str:
-        if self.op is None:
-            line = self.step.loc.line
-        else:
-            line = self.op.loc.line
+    def spec_comment(self) -> str:
+        """``# <file>:<line>: <yaml>`` of the current item (of the step when there is none)."""
+        line = (self.op if self.op is not None else self.step).loc.line
         text = self.src_lines[line - 1].strip() if 0 < line <= len(self.src_lines) else ""
         return f"# {self.file}:{line}: {text}"
 
     def line(self, text: str, phase: int | None = None) -> None:
         """Emit ``text`` in ``phase`` (default: the current item's), under its spec comment."""
         phase = self.phase if phase is None else phase
-        comment = self._comment()
+        comment = self.spec_comment()
         if self._last[phase] != comment:
             self.lines[phase].append(comment)
             self._last[phase] = comment
@@ -234,19 +254,25 @@ class HostCtx:
         self.env[name] = val
         return val
 
+    def finish(self, name: str, expr: str) -> HVal:
+        """Bind per-row value ``name`` after the loop (a gather or reduction, finished)."""
+        return self.let(name, expr, POST)
+
     def let_block(self, name: str, block: str) -> HVal:
-        """Bind tile ``name`` to a loaded [BLOCK, L] block (``L`` = its lanes), split into lanes."""
+        """Bind tile ``name`` to a loaded chunk ``block``: L * BLOCK contiguous columns (``L`` =
+        its lanes), reshaped to [BLOCK, 2, ..., 2] and split into lanes (even, odd) by halves."""
         lanes = self.value_lanes(name)
         targets = self._lane_names(name, lanes)
         if lanes == 1:
             self.line(f"{targets[0]} = {block}")
-        elif lanes == 2:
-            self.line(f"{targets[0]}, {targets[1]} = tl.split({block})")
-        else:  # [BLOCK, L] -> [BLOCK, 2, ..., 2]; each split halves the lanes (even, odd)
-            tmp = self.fresh(f"{self.ident(name)}_block")
+        else:
             shape = "[BLOCK" + ", 2" * (lanes.bit_length() - 1) + "]"
-            self.line(f"{tmp} = tl.reshape({block}, {shape})")
-            self._split(targets, tmp)
+            if lanes == 2:
+                self._split(targets, f"tl.reshape({block}, {shape})")
+            else:
+                tmp = self.fresh(f"{self.ident(name)}_block")
+                self.line(f"{tmp} = tl.reshape({block}, {shape})")
+                self._split(targets, tmp)
         val = HVal(self.kind(name), tuple(targets), LOOP, self.op)
         self.env[name] = val
         return val
@@ -277,26 +303,30 @@ class HostCtx:
 
     # -- layout ------------------------------------------------------------------------------
     def offsets(self, lanes: int) -> str:
-        """In-row column offsets of the current chunk for an ``lanes``-lane value: ``slot``
-        ([BLOCK]) for one lane, else a [BLOCK, lanes] block of contiguous columns."""
+        """In-row column offsets of the current chunk for an ``lanes``-lane value: ``slot`` for
+        one lane, else ``cols<L>``, the chunk's L * BLOCK contiguous columns (one flat range, so
+        a load or store of the chunk is one contiguous, vectorisable access)."""
         if lanes == 1:
             return "slot"
         if lanes not in self.offsets_:
-            name = {2: "pair_cols", 4: "quad_cols"}.get(lanes, f"cols{lanes}")
+            name = f"cols{lanes}"
             self.offsets_[lanes] = name
-            self.head.append(f"{name} = slot[:, None] * {lanes} + tl.arange(0, {lanes})[None, :]")
+            self.head.append(f"{name} = start * {lanes} + tl.arange(0, {lanes} * BLOCK)")
+            if self.needs_mask:
+                self.head.append(f"mask{lanes} = {name} < {lanes} * SLOTS")
         return self.offsets_[lanes]
 
     def mask_arg(self, lanes: int, other: str | None = "0.0") -> str:
-        """``, mask=...`` (and ``other``) for a load/store of an ``lanes``-lane block, or ''."""
-        if not self.masked:
+        """``, mask=...`` (and ``other``) for a load/store of an ``lanes``-lane chunk, or ''."""
+        if not self.needs_mask:
             return ""
-        mask = "mask" if lanes == 1 else "mask[:, None]"
+        self.offsets(lanes)
+        mask = "mask" if lanes == 1 else f"mask{lanes}"
         return f", mask={mask}" + (f", other={other}" if other is not None else "")
 
     def masked(self, expr: str, fill: str) -> str:
         """``expr`` with the slots past the row's end replaced by ``fill`` (reductions)."""
-        return f"tl.where(mask, {expr}, {fill})" if self.masked else expr
+        return f"tl.where(mask, {expr}, {fill})" if self.needs_mask else expr
 
     @staticmethod
     def column(lanes: int, lane: int) -> str:
@@ -304,16 +334,16 @@ class HostCtx:
         return "slot" if lanes == 1 else f"(slot * {lanes} + {lane})"
 
     def join(self, lanes: tuple) -> str:
-        """The [BLOCK, L] block of lanes (the inverse of :meth:`let_block`'s split)."""
+        """The chunk's L * BLOCK columns from L lanes (the inverse of :meth:`let_block`)."""
 
         def tree(xs):
             if len(xs) == 1:
                 return xs[0]
             return f"tl.join({tree(xs[0::2])}, {tree(xs[1::2])})"
 
-        if len(lanes) <= 2:
-            return tree(list(lanes))
-        return f"tl.reshape({tree(list(lanes))}, [BLOCK, {len(lanes)}])"
+        if len(lanes) == 1:
+            return lanes[0]
+        return f"tl.reshape({tree(list(lanes))}, [{len(lanes)} * BLOCK])"
 
     # -- chain tensors -----------------------------------------------------------------------
     def info_of(self, tensor: str):
@@ -321,6 +351,17 @@ class HostCtx:
 
     def tl_dtype(self, tensor: str) -> str:
         return TL_DTYPE[self.info_of(tensor).dtype]
+
+    def fp32(self, expr: str, tensor: str) -> str:
+        """``expr`` (loaded from ``tensor``) converted to fp32 unless it already is."""
+        return expr if self.info_of(tensor).dtype == "fp32" else f"{expr}.to(tl.float32)"
+
+    def cast(self, expr: str, tensor: str) -> str:
+        """fp32 ``expr`` rounded to ``tensor``'s dtype for a store (round to nearest even)."""
+        dtype = self.info_of(tensor).dtype
+        if dtype == "fp32":
+            return expr
+        return f"{_atom(expr)}.to({TL_DTYPE[dtype]})"
 
     def ptr(self, tensor: str) -> str:
         """The pointer parameter of a chain tensor the body reads."""
@@ -340,9 +381,18 @@ class HostCtx:
             info = self.info_of(tensor)
             base = self.out(tensor) if write else self.ptr(tensor)
             name = self.fresh(f"{self.ident(tensor)}_row")
-            self.pre(f"{name} = {base} + row * {info.shape[1]}")
+            lanes = self.lanes_of(info.shape[1])
+            stride = "SLOTS" if lanes == 1 else f"(SLOTS * {lanes})"
+            self.pre(f"{name} = {base} + row * {stride}")  # row stride: {info.shape[1]} now
             self.row_ptrs[tensor] = name
         return self.row_ptrs[tensor]
+
+    def dim_arg(self, name: str, expr: str, comment: str) -> str:
+        """An i32 parameter bound to dim expression ``expr`` at the call (a static dim is an
+        argument, not a constant, so a re-sized manifest runs the same cubin)."""
+        param = self.fresh(name)
+        self.dims.append((param, expr, comment))
+        return param
 
     def index(self, tensor: str) -> str:
         """This row's entry of an integer index tensor (loaded once, before the loop)."""
@@ -356,6 +406,16 @@ class HostCtx:
         """Record a finished per-row partial (a name bound after the loop) and write it."""
         self.partials[tensor] = expr
         self.post(f"tl.store({self.out(tensor)} + row, {expr})")
+
+
+def _atom(expr: str) -> str:
+    """``expr`` parenthesized unless it is one name or call (no operator at top level)."""
+    depth = 0
+    for ch in expr:
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
+        if depth == 0 and ch == " ":
+            return f"({expr})"
+    return expr
 
 
 # -- the scheduler ---------------------------------------------------------------------------
@@ -394,12 +454,16 @@ def _schedule(hc: HostCtx, op, p) -> int:
 
 
 def _section(spec, step) -> tuple:
-    """(steps of the section holding ``step``, its index there, 'steps' or 'backward.steps')."""
-    for where, steps in (("steps", spec.steps), ("backward.steps", _backward_steps(spec))):
-        for i, s in enumerate(steps):
-            if s is step or (s.kind == "host" and s.name == getattr(step, "name", step)):
-                return steps, i, where
-    raise KeyError(f"no host step {getattr(step, 'name', step)!r} in spec '{spec.name}'")
+    """(steps of the section holding host step ``step`` (the node or its name), its index there,
+    'steps' or 'backward.steps')."""
+    sections = (("steps", spec.steps), ("backward.steps", _backward_steps(spec)))
+    name = step if isinstance(step, str) else step.name
+    for same in (lambda s: s is step, lambda s: s.kind == "host" and s.name == name):
+        for where, steps in sections:
+            for i, s in enumerate(steps):
+                if same(s):
+                    return steps, i, where
+    raise KeyError(f"no host step {name!r} in spec '{spec.name}'")
 
 
 def _backward_steps(spec) -> tuple:
@@ -474,18 +538,15 @@ def _fold_finalizes(hc: HostCtx, steps, index: int) -> list:
         if not isinstance(n, int) or kind != "rowpart" or group:
             continue
         x = hc.partials[s.of]
-        expr = {
-            "sum": x,
-            "max": x,
-            "logsumexp": x,
-            "mean": f"{x} / {float(n)!r}",
-            "rsqrt_mean": f"tl.rsqrt({x} / {float(n)!r} + {float(s.eps)!r})",
-        }[s.op]
         hc.op = s
-        name = hc.fresh(hc.ident(s.result))
-        if expr != x:
+        if s.op in ("mean", "rsqrt_mean"):
+            name = hc.fresh(hc.ident(s.result))
+            expr = s.n if s.n is not None else (group or width)
+            count = hc.dim_arg(f"n_{hc.ident(s.result)}", str(expr), f"n of {s.name}: {expr}")
+            mean = f"{x} / {count}.to(tl.float32)"
+            expr = mean if s.op == "mean" else f"tl.rsqrt({mean} + {float(s.eps)!r})"
             hc.post(f"{name} = {expr}")
-        else:
+        else:  # sum, max, logsumexp: the exact per-row partial is the result
             name = x
         hc.post(f"tl.store({hc.out(s.result)} + row, {name})")
         folds.append(s.name)
@@ -510,8 +571,10 @@ def host_kernel(checked, step, block: int | None = None) -> TritonKernel:
         if p.host is None:
             why = NO_HOST_WHY.get(op.prim, "no Triton text is written for it yet")
             raise _locate(
-                file, step, op, f"{prefix}: primitive '{op.prim}' has no host-kernel lowering "
-                f"({why})"
+                file,
+                step,
+                op,
+                f"{prefix}: primitive '{op.prim}' has no host-kernel lowering ({why})",
             )
     try:
         slots = _slots(step, info, prims)
@@ -560,21 +623,36 @@ def _coda_version() -> str:
         return "unknown"
 
 
+def _lanes_note(hc: HostCtx) -> list:
+    """Docstring lines saying how many lanes each per-column value has."""
+    by: dict = {}
+    for name, val in hc.env.items():
+        if val.wide:
+            by.setdefault(len(val.lanes), []).append(name)
+    if set(by) <= {1}:
+        return ["Every value has one lane: a slot is one column."]
+    text = "; ".join(f"{n}: {', '.join(names)}" for n, names in sorted(by.items()))
+    return textwrap.wrap(f"Lanes per slot -- {text}.", 96)
+
+
 def _source(hc: HostCtx, step, entry: str, params: list) -> str:
     spec = hc.checked.spec
     over = hc.info_of(step.over)
+    doc = [
+        f"One program per row of '{step.over}' {_shape(over.shape)}; it walks the row's SLOTS "
+        "slots in chunks of BLOCK.",
+        "A value of L lanes holds L adjacent columns per slot, named x_0 .. x_{L-1} (lane l of",
+        "slot s is column s * L + l). All math is fp32; stores round to the tensor's dtype.",
+    ]
     banner = [
         f"# Generated by coda {_coda_version()} from {spec.file} step {step.name} "
         f"(spec hash {spec.digest}).",
         "# Generated file: do not edit; change the spec and rebuild.",
-        f'"""Host step \'{step.name}\' of chain \'{spec.name}\' as one Triton kernel '
+        f"\"\"\"Host step '{step.name}' of chain '{spec.name}' as one Triton kernel "
         "(coda_spec/lower/host_kernel.py).",
         "",
-        f"One program per row of '{step.over}' {_shape(over.shape)}. The row is walked in chunks "
-        "of BLOCK of its",
-        "SLOTS slots; a value with L lanes holds L adjacent columns per slot (lane l of slot s is "
-        "column",
-        "s * L + l) and is named x_0 .. x_{L-1} (one lane: x). All math is fp32.",
+        *doc,
+        *_lanes_note(hc),
         '"""',
         "",
         "import triton",
@@ -587,15 +665,21 @@ def _source(hc: HostCtx, step, entry: str, params: list) -> str:
     for param, tensor, role in params:
         info = hc.info_of(tensor)
         banner.append(f"    {param},  # {tensor}: {_shape(info.shape)} {info.dtype}, {role}")
-    banner += ["    SLOTS: tl.constexpr,", "    BLOCK: tl.constexpr,", "):"]
+    over_lanes = hc.lanes_of(over.shape[1])
+    banner.append(
+        f"    SLOTS,  # i32: slots per row ({step.over}'s width / {over_lanes}; {hc.slots} now)"
+    )
+    for param, _, comment in hc.dims:
+        banner.append(f"    {param},  # i32: {comment}")
+    banner += ["    BLOCK: tl.constexpr,", "):"]
     body = [f"    {x}" for x in hc.lines[PRE]]
     if hc.lines[LOOP]:
         hc.op = None
-        what = f"{hc._comment()} (chunks of BLOCK slots"
+        what = f"{hc.spec_comment()} (chunks of BLOCK slots"
         body.append(f"    {what}, {hc.slots} per row)")
         body.append("    for start in range(0, SLOTS, BLOCK):")
         head = ["slot = start + tl.arange(0, BLOCK)"]
-        if hc.masked:
+        if hc.needs_mask:
             head.append("mask = slot < SLOTS")
         body += [f"        {x}" for x in head + hc.head]
         body += [f"        {x}" for x in hc.lines[LOOP]]
@@ -609,6 +693,10 @@ def _kernel(hc: HostCtx, step, info, folds) -> TritonKernel:
     analysis = hc.checked.analysis
     signature = tuple((p, POINTER[hc.info_of(t).dtype]) for p, t, _ in params)
     args = tuple({"tensor": t} for _, t, _ in params)
+    over_lanes = hc.lanes_of(hc.info_of(step.over).shape[1])
+    signature += (("SLOTS", "i32"),) + tuple((p, "i32") for p, _, _ in hc.dims)
+    args += ({"extent": [step.over, 1], "div": over_lanes},)
+    args += tuple({"dim": e} for _, e, _ in hc.dims)
     outputs = tuple(
         {
             "tensor": t,
@@ -623,7 +711,8 @@ def _kernel(hc: HostCtx, step, info, folds) -> TritonKernel:
         source=_source(hc, step, entry, params),
         entry=entry,
         signature=signature,
-        constexprs=(("SLOTS", hc.slots), ("BLOCK", hc.block)),
+        constexprs=(("BLOCK", hc.block),),
+        aligned=("SLOTS",),
         args=args,
         outputs=outputs,
         grid=(info.rows,),

@@ -1,7 +1,14 @@
 """Shared builders for the elementwise family (unary and binary ops).
 
-Each elementwise primitive still has its own file (its math, doc, example and mutants); this
-module holds only the typing and schema they have in common, so a new unary op is ~10 lines.
+Each elementwise primitive still has its own file (its math, doc, example, mutants and the
+text of its lowerings); this module holds only the typing, schema and lowering plumbing they
+have in common, so a new unary op is ~10 lines.
+
+Host kernels (``coda_spec/lower/host_kernel.py``): a unary op gives its Triton text as a
+template over ``{x}`` (one fp32 lane), applied to each lane of its operand; a binary op is its
+operator symbol applied lane by lane, per-row values and scalars broadcast over the lanes. The
+``HOST_*`` templates below are the activations pair primitives (SwiGLU, GeGLU and their
+backward passes) share with the elementwise ops of the same name.
 """
 
 from __future__ import annotations
@@ -17,6 +24,37 @@ from coda_spec.primitives.base import (
     item_schema,
 )
 
+# Triton has no tanh outside libdevice (which its CPU interpreter cannot run):
+# tanh(x) = 2 sigmoid(2x) - 1, exact algebra, absolute error ~1e-7 in fp32.
+HOST_TANH = "(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"
+HOST_SILU = "{x} * tl.sigmoid({x})"
+# torch's gelu(approximate='tanh') = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2 / pi);
+# 0.5 (1 + tanh(u)) = sigmoid(2u), so it is x * sigmoid(2k (x + 0.044715 x^3)).
+HOST_GELU = "{x} * tl.sigmoid(1.5957691216057308 * ({x} + 0.044715 * {x} * {x} * {x}))"
+
+
+def unary_host(template: str):
+    """Host lowering of a unary op: ``template`` (Triton text over ``{x}``) on every lane."""
+
+    def host(hc, op):
+        x = hc.value(op.get(op.prim))
+        hc.let(op.results[0], [template.format(x=lane) for lane in x.lanes])
+
+    return host
+
+
+def binary_host(symbol: str):
+    """Host lowering of a binary op ``a <symbol> b``, lane by lane (rows, cols, scalars and
+    number literals broadcast)."""
+
+    def host(hc, op):
+        a, b = (hc.value(x) for x in op.get(op.prim))
+        n = hc.lane_count(a, b)
+        pairs = zip(hc.spread(a, n), hc.spread(b, n), strict=True)
+        hc.let(op.results[0], [f"{x} {symbol} {y}" for x, y in pairs])
+
+    return host
+
 
 def _unary_infer(name):
     def infer(tc, op, ins, tensors):
@@ -29,8 +67,9 @@ def _siblings(name, siblings):
     return lambda op: tuple(op.with_prim(s) for s in siblings if s != name)
 
 
-def unary(name: str, fn, summary: str, example: str, siblings=(), lower="") -> Primitive:
-    """A one-operand op ``{name: x, as: y}``; ``fn(rt, x)`` is its torch math."""
+def unary(name: str, fn, summary: str, example: str, siblings=(), lower="", host="") -> Primitive:
+    """A one-operand op ``{name: x, as: y}``; ``fn(rt, x)`` is its torch math, ``lower`` its
+    CuTe text and ``host`` its Triton text (a template over ``{x}``)."""
     return Primitive(
         name=name,
         family=ELEMENTWISE,
@@ -42,6 +81,7 @@ def unary(name: str, fn, summary: str, example: str, siblings=(), lower="") -> P
         reference=lambda rt, op, ins, tensors: (fn(rt, ins[name]),),
         mutants=_siblings(name, siblings),
         lower=unary_lower(lower) if lower else None,
+        host=unary_host(host) if host else None,
     )
 
 
@@ -69,4 +109,5 @@ def binary(name: str, fn, summary: str, example: str, siblings=(), symbol="") ->
         reference=lambda rt, op, ins, tensors: (fn(rt, *ins[name]),),
         mutants=_siblings(name, siblings),
         lower=binary_lower(symbol),
+        host=binary_host(symbol),
     )

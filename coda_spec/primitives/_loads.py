@@ -36,3 +36,11 @@ def index_tensor(rt, t, info):
         return idx, rt.torch.ones_like(idx, dtype=rt.torch.bool)
     valid = idx != info.ignore_index
     return rt.torch.where(valid, idx, rt.torch.zeros_like(idx)), valid
+
+
+def host_hit(column: str, idx: str, info) -> str:
+    """Triton condition (host kernels): ``column`` is this row's index ``idx``, and the row is
+    not ignored. A negative ``ignore_index`` (-100) never equals a column, so it needs no test."""
+    if info.ignore_index is not None and info.ignore_index >= 0:
+        return f"({column} == {idx}) & ({idx} != {info.ignore_index})"
+    return f"{column} == {idx}"

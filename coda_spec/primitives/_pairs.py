@@ -145,6 +145,108 @@ def rope_lower(sign: float):
     return lower
 
 
+def rope_host(sign: float):
+    """Host lowering of rope (sign +1) and rope_bwd (-1). The rotated tile has lanes (even, odd)
+    per pair; ``freqs`` one lane per pair. theta = pos * freq as in :func:`rotate`; rotating by
+    -theta uses cos(-t) = cos(t), sin(-t) = -sin(t). ``tl.cos``/``tl.sin`` compile to libdevice's
+    accurate cosf/sinf (full range reduction: theta reaches thousands of radians)."""
+
+    def host(hc, op):
+        x = hc.value(op.get(op.prim))
+        pos, freqs = hc.value(op.get("pos")), hc.value(op.get("freqs"))
+        n = len(x.lanes)
+        if n % 2:
+            raise hc.error("needs the rotated tile as (even, odd) lanes")
+        f = hc.spread(freqs, n // 2)
+        base = hc.ident(op.results[0])
+        out = []
+        for k in range(n // 2):
+            a, b = x.lanes[2 * k], x.lanes[2 * k + 1]
+            theta = hc.fresh(f"{base}_theta")
+            c, s = hc.fresh(f"{base}_cos"), hc.fresh(f"{base}_sin")
+            hc.line(f"{theta} = {pos.expr} * {f[k]}")
+            hc.line(f"{c} = tl.cos({theta})")
+            hc.line(f"{s} = tl.sin({theta})")
+            if sign > 0:
+                out += [f"{a} * {c} - {b} * {s}", f"{a} * {s} + {b} * {c}"]
+            else:
+                out += [f"{a} * {c} + {b} * {s}", f"{b} * {c} - {a} * {s}"]
+        hc.let(op.results[0], out)
+
+    return host
+
+
+def gate_lanes(hc, z) -> list:
+    """The (gate, up) lane pairs of an interleaved gate/up tile (host kernels)."""
+    if len(z.lanes) % 2:
+        raise hc.error("needs the gate/up tile as (even, odd) lanes")
+    return [(z.lanes[2 * k], z.lanes[2 * k + 1]) for k in range(len(z.lanes) // 2)]
+
+
+def host_act(hc, act: str, g: str, base: str, grad: bool) -> tuple[str, str | None]:
+    """Emit act(g) (and act'(g) when ``grad``) as named temporaries, by the formulas of
+    :func:`silu`/:func:`dsilu` and :func:`gelu`/:func:`dgelu`; returns their names."""
+    from coda_spec.primitives._elementwise import HOST_GELU, HOST_SILU, HOST_TANH
+
+    a = hc.fresh(f"{base}_act")
+    if not grad:
+        hc.line(f"{a} = {(HOST_SILU if act == 'silu' else HOST_GELU).format(x=g)}")
+        return a, None
+    da = hc.fresh(f"{base}_dact")
+    if act == "silu":
+        s = hc.fresh(f"{base}_sig")
+        hc.line(f"{s} = tl.sigmoid({g})")
+        hc.line(f"{a} = {g} * {s}")
+        hc.line(f"{da} = {s} + {g} * {s} * (1.0 - {s})")
+        return a, da
+    k = 0.7978845608028654  # sqrt(2 / pi)
+    t = hc.fresh(f"{base}_tanh")
+    inner = f"{k!r} * ({g} + 0.044715 * {g} * {g} * {g})"
+    hc.line(f"{t} = {HOST_TANH.format(x=f'({inner})')}")
+    hc.line(f"{a} = 0.5 * {g} * (1.0 + {t})")
+    hc.line(
+        f"{da} = 0.5 * (1.0 + {t}) + 0.5 * {g} * (1.0 - {t} * {t}) * {k!r} "
+        f"* (1.0 + 3 * 0.044715 * {g} * {g})"
+    )
+    return a, da
+
+
+def gated_host(act: str):
+    """Host lowering of swiglu / geglu: act(g) * u per (gate, up) lane pair; half as many lanes."""
+
+    def host(hc, op):
+        z = hc.value(op.get(op.prim))
+        base = hc.ident(op.results[0])
+        out = []
+        for g, u in gate_lanes(hc, z):
+            a, _ = host_act(hc, act, g, base, grad=False)
+            out.append(f"{a} * {u}")
+        hc.let(op.results[0], out)
+
+    return host
+
+
+def dgated_host(act: str):
+    """Host lowering of dswiglu / dgeglu (:func:`dgated_reference`): per (gate, up) lane pair
+    of z and lane of dy, dz = (dy * u * act'(g), dy * act(g)) interleaved, out = act(g) * u."""
+
+    def host(hc, op):
+        dy, z = hc.value(op.get(op.prim)), hc.value(op.get("z"))
+        pairs = gate_lanes(hc, z)
+        d = hc.spread(dy, len(pairs))
+        dz_name, out_name = op.results
+        base = hc.ident(out_name)
+        dz, out = [], []
+        for (g, u), dk in zip(pairs, d, strict=True):
+            a, da = host_act(hc, act, g, base, grad=True)
+            dz += [f"{dk} * {u} * {da}", f"{dk} * {a}"]
+            out.append(f"{a} * {u}")
+        hc.let(dz_name, dz)
+        hc.let(out_name, out)
+
+    return host
+
+
 def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: str):
     """The rope / rope_bwd primitive (they differ only in the rotation's sign)."""
     from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
@@ -164,6 +266,7 @@ def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: 
         ),
         mutants=lambda op: (op.with_prim(sibling),),
         lower=rope_lower(sign),
+        host=rope_host(sign),
     )
 
 
@@ -209,4 +312,5 @@ def dgated_primitive(name: str, act: str, summary: str, example: str, sibling: s
         reference=dgated_reference(act),
         mutants=lambda op: (op.with_prim(sibling),),
         lower=dgated_lower(act),
+        host=dgated_host(act),
     )

@@ -7,7 +7,8 @@ Layer map
   reference, its mutants (for the equivalence mutation tests), ``supports()`` and cache key.
   Lowering to CuTe DSL is attached by the adapter package in a later stage; primitives only ever
   emit source text, so this package imports neither torch (lazily, inside ``reference``) nor
-  cutlass/quack.
+  cutlass/quack. ``host`` emits the Triton text of a host step's kernel
+  (``coda_spec/lower/host_kernel.py``), also as pure text.
 * ``coda_spec/primitives/__init__.py`` — the registry: an explicit import list, no decorators, no
   import-time side effects.
 * ``coda_spec/analyze.py`` and ``coda_spec/reference.py`` walk the IR and dispatch on
@@ -95,6 +96,8 @@ class Primitive:
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
     supports: Callable = field(default=lambda config, op: None)  # -> reason string or None
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
+    host: Callable | None = None  # (HostCtx, Op) -> None: emits Triton statements for a
+    # host-step body (lower/host_kernel.py); None: host_kernel refuses a body that uses it
     version: int = 1  # bump when semantics change; part of the cache key
 
     def cache_key(self) -> tuple:

@@ -22,6 +22,16 @@ def _lower(lc, op):
     lc.let(op.results[0], expr, x.form)
 
 
+def _host(hc, op):
+    x = hc.value(op.get("cast"))
+    dtype = op.get("dtype")
+    if dtype == "fp32":
+        hc.let(op.results[0], list(x.lanes))
+        return
+    ty = {"bf16": "tl.bfloat16", "fp16": "tl.float16"}[dtype]
+    hc.let(op.results[0], [f"{lane}.to({ty}).to(tl.float32)" for lane in x.lanes])  # RTNE
+
+
 PRIMITIVE = Primitive(
     name="cast",
     family=ELEMENTWISE,
@@ -33,4 +43,5 @@ PRIMITIVE = Primitive(
     reference=lambda rt, op, ins, tensors: (rt.round_always(ins["cast"], op.get("dtype")),),
     mutants=lambda op: (op.with_arg("dtype", "fp16" if op.get("dtype") == "bf16" else "bf16"),),
     lower=_lower,
+    host=_host,
 )

@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {exp: shifted, as: p}",
     siblings=("sigmoid",),
     lower="_cm.exp",
+    host="tl.exp({x})",
 )

@@ -5,7 +5,13 @@ tensor's ``ignore_index`` are declared untouched by design (the reference gives 
 verify does not read those slots).
 """
 
-from coda_spec.primitives._loads import index_tensor, need_index, need_rank, need_rows
+from coda_spec.primitives._loads import (
+    host_hit,
+    index_tensor,
+    need_index,
+    need_rank,
+    need_rows,
+)
 from coda_spec.primitives.base import (
     TENSOR_REF,
     VALUE_REF,
@@ -39,6 +45,24 @@ def _lower(lc, op):
     lc.selects[op.results[0]] = (x.expr, op.get("index"))
 
 
+def _host(hc, op):
+    """Host kernels: a masked select-and-sum across the row's chunks, finished after the loop.
+    Exactly one column matches (none on an ignored row, which gives 0 as the reference does)."""
+    x = hc.value(op.get("gather_col"))
+    t = op.get("index")
+    idx, info = hc.index(t), hc.info_of(t)
+    name = op.results[0]
+    acc = hc.fresh(f"{hc.ident(name)}_acc")
+    hc.pre(f"{acc} = tl.zeros([BLOCK], dtype=tl.float32)")
+    n = len(x.lanes)
+    picks = [
+        f"tl.where({host_hit(hc.column(n, i), idx, info)}, {lane}, 0.0)"
+        for i, lane in enumerate(x.lanes)
+    ]
+    hc.line(f"{acc} += {' + '.join(picks)}")
+    hc.finish(name, f"tl.sum({acc}, axis=0)")
+
+
 PRIMITIVE = Primitive(
     name="gather_col",
     family=VECTOR,
@@ -50,4 +74,5 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=_reference,
     lower=_lower,
+    host=_host,
 )

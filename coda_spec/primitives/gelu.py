@@ -1,6 +1,6 @@
 """`gelu`: GELU, tanh approximation (as in GPT-2 and torch's approximate='tanh')."""
 
-from coda_spec.primitives._elementwise import unary
+from coda_spec.primitives._elementwise import HOST_GELU, unary
 
 PRIMITIVE = unary(
     "gelu",
@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {gelu: acc, as: act}",
     siblings=("silu",),
     lower="_qa.gelu_tanh_approx",
+    host=HOST_GELU,
 )

@@ -19,6 +19,11 @@ def _lower(lc, op):
     lc.env[op.results[0]] = lc.val(name, "s")
 
 
+def _host(hc, op):
+    t = op.get("load_col")
+    hc.let(op.results[0], hc.fp32(f"tl.load({hc.ptr(t)} + row)", t))
+
+
 PRIMITIVE = Primitive(
     name="load_col",
     family=VECTOR,
@@ -30,4 +35,5 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_col"]).reshape(-1, 1),),
     lower=_lower,
+    host=_host,
 )

@@ -23,6 +23,13 @@ def _lower(lc, op):
     lc.env[op.results[0]] = lc.val(name, lc.form_of_width(width))
 
 
+def _host(hc, op):
+    t = op.get("load_row")
+    lanes = hc.value_lanes(op.results[0])  # RoPE's W/2 frequencies: one per pair, one lane
+    block = f"tl.load({hc.ptr(t)} + {hc.offsets(lanes)}{hc.mask_arg(lanes)})"
+    hc.let_block(op.results[0], hc.fp32(block, t))
+
+
 PRIMITIVE = Primitive(
     name="load_row",
     family=VECTOR,
@@ -34,4 +41,5 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_row"]).reshape(1, -1),),
     lower=_lower,
+    host=_host,
 )

@@ -23,6 +23,11 @@ def _lower(lc, op):
     lc.env[op.results[0]] = lc.val(name, "s")
 
 
+def _host(hc, op):
+    t = op.get("load_scalar")
+    hc.let(op.results[0], hc.fp32(f"tl.load({hc.ptr(t)})", t))
+
+
 PRIMITIVE = Primitive(
     name="load_scalar",
     family=VECTOR,
@@ -34,4 +39,5 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_scalar"]).reshape(()),),
     lower=_lower,
+    host=_host,
 )

@@ -42,6 +42,13 @@ def _lower(lc, op):
         lc.env[t] = lc.val(name, lc.form_of_width(width))
 
 
+def _host(hc, op):
+    t = op.get("load_tile")
+    lanes = hc.value_lanes(op.results[0])
+    block = f"tl.load({hc.row_ptr(t)} + {hc.offsets(lanes)}{hc.mask_arg(lanes)})"
+    hc.let_block(op.results[0], hc.fp32(block, t))
+
+
 PRIMITIVE = Primitive(
     name="load_tile",
     family=TILE,
@@ -53,4 +60,5 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_tile"]),),
     lower=_lower,
+    host=_host,
 )

@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {log: p, as: logp}",
     siblings=("sqrt",),
     lower="_cm.log",
+    host="tl.log({x})",
 )

@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {neg: g, as: minus_g}",
     siblings=("square",),
     lower="-{x}",
+    host="-{x}",
 )

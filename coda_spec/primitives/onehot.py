@@ -4,7 +4,13 @@ Ignored rows (``ignore_index``) are all zero. With ``exp`` and ``sub`` this expr
 cross-entropy gradient ``softmax(z) - onehot(target)`` without materialising the one-hot matrix.
 """
 
-from coda_spec.primitives._loads import index_tensor, need_index, need_rank, need_rows
+from coda_spec.primitives._loads import (
+    host_hit,
+    index_tensor,
+    need_index,
+    need_rank,
+    need_rows,
+)
 from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, VType, item_schema
 
 
@@ -23,6 +29,14 @@ def _reference(rt, op, ins, tensors):
     return (hit.to(rt.dtype),)
 
 
+def _host(hc, op):
+    t = op.get("onehot")
+    idx, info = hc.index(t), hc.info_of(t)
+    n = hc.value_lanes(op.results[0])
+    hits = [host_hit(hc.column(n, lane), idx, info) for lane in range(n)]
+    hc.let(op.results[0], [f"({hit}).to(tl.float32)" for hit in hits])
+
+
 PRIMITIVE = Primitive(
     name="onehot",
     family=VECTOR,
@@ -33,4 +47,5 @@ PRIMITIVE = Primitive(
     tensors=("onehot",),
     infer=_infer,
     reference=_reference,
+    host=_host,
 )

@@ -52,6 +52,76 @@ def _reference(rt, op, ins, tensors):
     return (grouped(rt, kind, ins["of"], rt.fold(group)),)
 
 
+NEG_INF = "float('-inf')"
+# Host kernels: each op's per-element term over its operand lanes ({a}; dot: {a} * {b}).
+HOST_TERM = {
+    "sum": "{a}",
+    "sumsq": "{a} * {a}",
+    "dot": "{a} * {b}",
+    "max": "{a}",
+    "absmax": "tl.abs({a})",
+}
+
+
+def _max_of(terms: list) -> str:
+    if len(terms) == 1:
+        return terms[0]
+    half = len(terms) // 2
+    return f"tl.maximum({_max_of(terms[:half])}, {_max_of(terms[half:])})"
+
+
+def _host(hc, op):
+    """Host kernels: a [BLOCK] fp32 accumulator across the row's chunks (slots past the row's
+    end masked out), folded to the exact per-row value after the loop and written as the
+    partial (the runtime keeps host partials "exact")."""
+    kind = op.get("reduce_row")
+    if op.get("group") is not None:
+        raise hc.error(
+            "reduces per group of columns; per-(row, group) reductions are not lowered to host "
+            "kernels",
+            "reduce per head in a GEMM epilogue, or without group",
+        )
+    of = op.get("of")
+    vals = [hc.value(x) for x in of] if isinstance(of, list) else [hc.value(of)]
+    n = hc.lane_count(*vals)
+    a, b = hc.spread(vals[0], n), hc.spread(vals[-1], n)
+    name = op.results[0]
+    ident = hc.ident(name)
+    if kind == "logsumexp":
+        _host_logsumexp(hc, name, ident, a)
+        return
+    terms = [HOST_TERM[kind].format(a=x, b=y) for x, y in zip(a, b, strict=True)]
+    acc = hc.fresh(f"{ident}_acc")
+    if kind in ("max", "absmax"):
+        hc.pre(f"{acc} = tl.full([BLOCK], {NEG_INF}, tl.float32)")
+        hc.line(f"{acc} = tl.maximum({acc}, {hc.masked(_max_of(terms), NEG_INF)})")
+        hc.post(f"{ident} = tl.max({acc}, axis=0)")
+    else:
+        hc.pre(f"{acc} = tl.zeros([BLOCK], dtype=tl.float32)")
+        hc.line(f"{acc} += {hc.masked(' + '.join(terms), '0.0')}")
+        hc.post(f"{ident} = tl.sum({acc}, axis=0)")
+    hc.partial(name, ident)
+
+
+def _host_logsumexp(hc, name, ident, lanes):
+    """Online log-sum-exp per slot (running max m, sum of exp(x - m)), folded after the loop.
+    A slot that has seen only -inf keeps m = -inf; its reference point 0 keeps exp() at 0."""
+    m, s = hc.fresh(f"{ident}_max"), hc.fresh(f"{ident}_sum")
+    new, ref = hc.fresh(f"{ident}_new"), hc.fresh(f"{ident}_ref")
+    hc.pre(f"{m} = tl.full([BLOCK], {NEG_INF}, tl.float32)")
+    hc.pre(f"{s} = tl.zeros([BLOCK], dtype=tl.float32)")
+    hc.line(f"{new} = tl.maximum({m}, {hc.masked(_max_of(list(lanes)), NEG_INF)})")
+    hc.line(f"{ref} = tl.where({new} == {NEG_INF}, 0.0, {new})")
+    exps = " + ".join(f"tl.exp({x} - {ref})" for x in lanes)
+    hc.line(f"{s} = {s} * tl.exp({m} - {ref}) + {hc.masked(exps, '0.0')}")
+    hc.line(f"{m} = {new}")
+    top, top_ref = hc.fresh(f"{ident}_top"), hc.fresh(f"{ident}_top_ref")
+    hc.post(f"{top} = tl.max({m}, axis=0)")
+    hc.post(f"{top_ref} = tl.where({top} == {NEG_INF}, 0.0, {top})")
+    hc.post(f"{ident} = {top} + tl.log(tl.sum({s} * tl.exp({m} - {top_ref}), axis=0))")
+    hc.partial(name, ident)
+
+
 def _mutants(op):
     kind = op.get("reduce_row")
     if kind == "dot":
@@ -76,4 +146,5 @@ PRIMITIVE = Primitive(
     reference=_reference,
     mutants=_mutants,
     lower=lambda lc, op: reduce_lower(lc, op, "row"),
+    host=_host,
 )

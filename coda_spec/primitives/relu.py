@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {relu: acc, as: act}",
     siblings=("squared_relu",),
     lower="_qa.relu",
+    host="tl.maximum({x}, 0.0)",
 )

@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {rsqrt: ms, as: rstd}",
     siblings=("sqrt",),
     lower="_cm.rsqrt",
+    host="tl.rsqrt({x})",
 )

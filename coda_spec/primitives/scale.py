@@ -9,6 +9,11 @@ def _lower(lc, op):
     lc.let(op.results[0], f"{x.expr} * {float(op.get('by'))!r}", x.form)
 
 
+def _host(hc, op):
+    x = hc.value(op.get("scale"))
+    hc.let(op.results[0], [f"{lane} * {float(op.get('by'))!r}" for lane in x.lanes])
+
+
 PRIMITIVE = Primitive(
     name="scale",
     family=ELEMENTWISE,
@@ -20,4 +25,5 @@ PRIMITIVE = Primitive(
     reference=lambda rt, op, ins, tensors: (ins["scale"] * float(op.get("by")),),
     mutants=lambda op: (op.with_arg("by", float(op.get("by")) * 1.5 + 0.25),),
     lower=_lower,
+    host=_host,
 )

@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {sigmoid: acc, as: gate}",
     siblings=("tanh",),
     lower="_qa.sigmoid",
+    host="tl.sigmoid({x})",
 )

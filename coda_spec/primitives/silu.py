@@ -1,6 +1,6 @@
 """`silu`: SiLU (swish), x * sigmoid(x)."""
 
-from coda_spec.primitives._elementwise import unary
+from coda_spec.primitives._elementwise import HOST_SILU, unary
 
 PRIMITIVE = unary(
     "silu",
@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {silu: acc, as: act}",
     siblings=("gelu",),
     lower="_qa.silu",
+    host=HOST_SILU,
 )

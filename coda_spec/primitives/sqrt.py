@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {sqrt: var, as: std}",
     siblings=("rsqrt",),
     lower="_cm.sqrt",
+    host="tl.sqrt_rn({x})",  # IEEE-rounded, as torch (tl.sqrt is approximate)
 )

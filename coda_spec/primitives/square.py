@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {square: x1, as: x1_sq}",
     siblings=("neg",),
     lower="{x} * {x}",
+    host="{x} * {x}",
 )

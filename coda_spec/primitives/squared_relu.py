@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {squared_relu: acc, as: act}",
     siblings=("relu",),
     lower="_qa.relu_sq",
+    host="tl.maximum({x}, 0.0) * tl.maximum({x}, 0.0)",
 )

@@ -78,6 +78,28 @@ def _lower(lc, op):
     lc.returns[field] = v.expr
 
 
+def _host(hc, op):
+    """Host kernels: a tile is stored per chunk as one [BLOCK, L] block (its lanes joined), a
+    per-row value once per row; both rounded to the tensor's dtype. ``add_to`` reads the old
+    tensor and writes the sum to the new one."""
+    v = hc.value(op.get("store"))
+    to, add_to = op.get("to"), op.get("add_to")
+    if v.wide:
+        n = len(v.lanes)
+        offs = hc.offsets(n)
+        block = hc.join(v.lanes)
+        if add_to is not None:
+            old = hc.fp32(f"tl.load({hc.row_ptr(add_to)} + {offs}{hc.mask_arg(n)})", add_to)
+            block = f"{old} + {block}"
+        dst = hc.row_ptr(to, write=True)
+        hc.line(f"tl.store({dst} + {offs}, {hc.cast(block, to)}{hc.mask_arg(n, other=None)})")
+        return
+    expr = v.expr
+    if add_to is not None:
+        expr = f"{hc.fp32(f'tl.load({hc.ptr(add_to)} + row)', add_to)} + {expr}"
+    hc.line(f"tl.store({hc.out(to)} + row, {hc.cast(expr, to)})")
+
+
 PRIMITIVE = Primitive(
     name="store",
     family=TILE,
@@ -99,4 +121,5 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=_reference,
     lower=_lower,
+    host=_host,
 )

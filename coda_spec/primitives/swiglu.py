@@ -1,7 +1,12 @@
 """`swiglu`: SwiGLU on interleaved (gate, up) column pairs: silu(g) * u, half as wide."""
 
 from coda_spec.primitives._lowering import lanes
-from coda_spec.primitives._pairs import gated_infer, gated_reference, gated_supports
+from coda_spec.primitives._pairs import (
+    gated_host,
+    gated_infer,
+    gated_reference,
+    gated_supports,
+)
 from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 
 
@@ -21,5 +26,6 @@ PRIMITIVE = Primitive(
     reference=gated_reference("silu"),
     mutants=lambda op: (op.with_prim("geglu"),),
     lower=_lower,
+    host=gated_host("silu"),
     supports=gated_supports,
 )

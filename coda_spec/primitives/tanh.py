@@ -1,6 +1,6 @@
 """`tanh`: Hyperbolic tangent."""
 
-from coda_spec.primitives._elementwise import unary
+from coda_spec.primitives._elementwise import HOST_TANH, unary
 
 PRIMITIVE = unary(
     "tanh",
@@ -9,4 +9,5 @@ PRIMITIVE = unary(
     example="- {tanh: acc, as: t}",
     siblings=("sigmoid",),
     lower="_qa.tanh",
+    host=HOST_TANH,
 )

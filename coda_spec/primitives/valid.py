@@ -27,6 +27,12 @@ def _reference(rt, op, ins, tensors):
     return (valid.reshape(-1, 1).to(rt.dtype),)
 
 
+def _host(hc, op):
+    t = op.get("valid")
+    ignore = hc.info_of(t).ignore_index
+    hc.let(op.results[0], f"({hc.index(t)} != {ignore}).to(tl.float32)")
+
+
 PRIMITIVE = Primitive(
     name="valid",
     family=VECTOR,
@@ -37,4 +43,5 @@ PRIMITIVE = Primitive(
     tensors=("valid",),
     infer=_infer,
     reference=_reference,
+    host=_host,
 )
