@@ -137,5 +137,21 @@ def evaluate(expr: int | str, sizes: dict[str, int]) -> int:
     return out
 
 
+def evaluator(expr: int | str):
+    """``expr`` parsed once: a function of concrete ``sizes`` giving its int value (the runtime
+    evaluates launch arguments per call; a name or an int costs a dict lookup at most)."""
+    if isinstance(expr, int):
+        return lambda sizes: expr
+    node = _parse(str(expr))
+    if isinstance(node, ast.Name):
+        name = node.id
+        return lambda sizes: int(sizes[name])
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        value = node.value
+        return lambda sizes: value
+    text = str(expr)
+    return lambda sizes: _eval(node, sizes, text)
+
+
 def show(folded: tuple[Folded, ...]) -> str:
     return "[" + ", ".join(str(d) for d in folded) + "]"

@@ -72,6 +72,7 @@ Library lookup (``libcute_dsl_runtime.so``, needed by every exported kernel): th
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import math
 import os
@@ -237,7 +238,7 @@ class _Call:
         self.device, self.sizes, self.env, self.poison = device, sizes, env, poison
         self.partials: dict = {}
         cuda = device.type == "cuda"
-        self.stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
+        self.stream = torch._C._cuda_getCurrentRawStream(device.index) if cuda else 0
         self.nvtx = cuda
 
 
@@ -464,7 +465,7 @@ class Chain:
         """Everything a call checks, before any launch: returns (device, env, sizes), env
         holding the required inputs (and gradients) as validated, canonically strided
         tensors."""
-        unknown = set(inputs) - set(self._declared)
+        unknown = inputs.keys() - self._declared.keys()
         if unknown:
             raise CodaRuntimeError(
                 f"{self.name}: unknown input(s) {sorted(unknown)}; expected "
@@ -497,31 +498,35 @@ class Chain:
         checks (type, alignment); a new one is checked in full and remembered."""
         try:
             key = tuple(
-                (n, x.dtype, x.device, tuple(x.shape), x.stride(), x.layout)
-                for n, x in tensors.items()
+                (n, x.dtype, x.get_device(), x.shape, x.stride()) for n, x in tensors.items()
             )
-        except AttributeError:
-            key = None  # not a tensor: the full check names it
-        sizes = self._signatures.get(key) if key is not None else None
-        if sizes is None:
+        except (AttributeError, RuntimeError):
+            key = None  # not a tensor, or not strided: the full check names it
+        seen = self._signatures.get(key) if key is not None else None
+        if seen is None:
             sizes = dict(self._static)
             for name, t in declared.items():
                 self._check_one(name, t, tensors[name], sizes, device)
+            recanon = frozenset(
+                n for n, x in tensors.items() if tuple(x.stride()) != _dense_strides(x.shape)
+            )
             if key is not None:
                 if len(self._signatures) >= SIGNATURES_KEPT:
                     self._signatures.pop(next(iter(self._signatures)))
-                self._signatures[key] = dict(sizes)
+                self._signatures[key] = (dict(sizes), recanon)
         else:
-            sizes = dict(sizes)
+            sizes, recanon = dict(seen[0]), seen[1]
         env = {}
         for name, x in tensors.items():
-            if x.data_ptr() % 16:
+            if x.data_ptr() & 15:
                 what = declared[name].get("what", "input")
                 raise CodaRuntimeError(
                     f"{self.name}: {what} '{name}' is not 16-byte aligned (TMA needs it)"
                 )
             # DLPack refuses tensors that require grad; kernels write raw memory anyway
-            env[name] = _canonical(x.detach() if x.requires_grad else x)
+            if x.requires_grad:
+                x = x.detach()
+            env[name] = _canonical(x) if name in recanon else x
         return env, sizes
 
     def _check_one(self, name: str, t: dict, x, sizes: dict, device) -> None:
@@ -582,7 +587,10 @@ class Chain:
     def launches(self, step: dict, sizes: dict) -> bool:
         """Whether a kernel step launches its kernel at ``sizes``: not when its GEMM's M or N is
         empty (nothing to compute), nor when only K is empty and the epilogue stores ``acc``
-        alone (the output is all zeros)."""
+        alone (the output is all zeros). Only an empty dynamic dim can make a GEMM empty, so a
+        non-zero one answers at once."""
+        if self._dynamic is not None and sizes.get(self._dynamic):
+            return True
         m, n, k = self.gemm_extents(step, sizes)
         if m == 0 or n == 0:
             return False
@@ -628,8 +636,8 @@ class Chain:
             given = {n: inputs[n] for n in self._required}
             device, env, sizes = self._unchecked({**given, **(grads or {})})
         call = _Call(device, sizes, env, poison)
-        with torch.no_grad():  # kernels write raw memory; autograd wraps calls, not steps
-            self._steps(self._forward + (self._backward if grads is not None else []), call)
+        # no autograd here: every tensor a call reads is detached, and kernels write raw memory
+        self._steps(self._forward + (self._backward if grads is not None else []), call)
         return env
 
     def backward(self, saved: dict, check: bool = True, **grads) -> dict:
@@ -666,8 +674,7 @@ class Chain:
             if self._dyn_at is None or self._dyn_at[0] not in tensors:
                 sizes.update(self._sizes_from(env))
         call = _Call(device, sizes, env)
-        with torch.no_grad():
-            self._steps(self._backward, call)
+        self._steps(self._backward, call)
         return {o["name"]: env[o["name"]] for o in self.manifest.get("backward_outputs", [])}
 
     def _sizes_from(self, env: dict) -> dict:
@@ -688,9 +695,8 @@ class Chain:
         device = _current_device()
 
         def call() -> dict:
-            work = _Call(device, sizes, dict(env))
-            with torch.no_grad():
-                self._steps(steps, work)
+            work = _Call(device, sizes, {n: x.detach() for n, x in env.items()})
+            self._steps(steps, work)
             return work.env
 
         return call
@@ -980,9 +986,16 @@ def _dim(expr, sizes: dict, env: dict | None = None) -> int:
     if isinstance(expr, dict):
         t, axis = expr["extent"]
         return -(-int(env[t].shape[axis]) // int(expr.get("block", 1)))
+    return _evaluator(expr)(sizes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _evaluator(expr: str):
+    """A dim expression compiled once (``cdiv(...)`` through the manifest's shape evaluator)."""
     if expr.startswith("cdiv("):
-        return shape_fn([expr])(sizes)[0]
-    return dimmod.evaluate(expr, sizes)
+        at = shape_fn([expr])
+        return lambda sizes: at(sizes)[0]
+    return dimmod.evaluator(expr)
 
 
 def launch_values(launch: dict, env: dict, sizes: dict) -> list:
