@@ -341,7 +341,7 @@ def test_format2_manifest_still_loads(tmp_path, cpu):
         chain(**low)
 
 
-@pytest.mark.parametrize("fmt", [1, 5, None])
+@pytest.mark.parametrize("fmt", [1, 6, None])
 def test_unknown_manifest_format_is_refused(fmt, tmp_path):
     def edit(m):
         m["format"] = fmt
