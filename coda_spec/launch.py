@@ -15,6 +15,7 @@ context, made current on this thread if it is not).
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from pathlib import Path
 
@@ -41,16 +42,24 @@ def _check(cuda, result: int, what: str) -> None:
         raise LaunchError(f"{what}: CUDA driver error {result} ({text})")
 
 
-def _ctype(kind: str):
+_FORMAT = {"i32": "i", "i64": "q", "fp32": "f"}  # struct codes; pointers are "Q"
+
+
+def _code(kind: str) -> str:
     if kind.startswith("*"):
-        return ctypes.c_uint64
-    if kind == "i32":
-        return ctypes.c_int32
-    if kind == "i64":
-        return ctypes.c_int64
-    if kind == "fp32":
-        return ctypes.c_float
+        return "Q"
+    if kind in _FORMAT:
+        return _FORMAT[kind]
     raise LaunchError(f"unsupported kernel parameter type {kind!r}")
+
+
+def _layout(kinds) -> tuple[str, tuple]:
+    """The parameters packed as one native-aligned struct: (format, offset of each)."""
+    fmt, offsets = "@", []
+    for code in kinds:
+        offsets.append(struct.calcsize(fmt + code) - struct.calcsize(code))
+        fmt += code
+    return fmt, tuple(offsets)
 
 
 class Cubin:
@@ -61,8 +70,11 @@ class Cubin:
         self.name = entry["name"]
         self.block = 32 * int(entry["num_warps"])
         self.shared = int(entry["shared"])
-        self.ctypes = tuple(_ctype(t) for t in entry["types"])
         self.hidden = int(entry.get("hidden", 0))
+        codes = [_code(t) for t in entry["types"]] + ["Q"] * self.hidden
+        self.format, self.offsets = _layout(codes)
+        self.scratch = (0,) * self.hidden  # Triton's scratch pointers: NULL
+        self.pointers = ctypes.c_void_p * len(codes)
         self._functions: dict = {}  # device index -> CUfunction (filled once per device)
         self._lock = threading.Lock()
 
@@ -115,11 +127,10 @@ class Cubin:
         if gx * gy * gz == 0:
             return
         cuda, fn = self._function(device)
-        values = [c(v) for c, v in zip(self.ctypes, args, strict=True)]
-        values += [ctypes.c_uint64(0)] * self.hidden
-        params = (ctypes.c_void_p * len(values))(
-            *[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values]
-        )
+        # every argument packed into one buffer; the driver reads each through its pointer
+        packed = ctypes.create_string_buffer(struct.pack(self.format, *args, *self.scratch))
+        base = ctypes.addressof(packed)
+        params = self.pointers(*[base + off for off in self.offsets])
         _check(
             cuda,
             cuda.cuLaunchKernel(

@@ -96,6 +96,7 @@ PARTIAL_ROLES = ("colred", "rowred", "group_out")
 INPUT_ROLES = ("tile", "index", "row", "col", "scalar", "group_stat")  # fields a kernel reads
 SIGNATURES_KEPT = 64  # input signatures remembered per chain (validated once each)
 TABLES_KEPT = 8  # RoPE turns tables remembered per chain
+_NVTX = torch._C._nvtx if hasattr(torch._C, "_nvtx") else None  # absent from CPU builds
 ZERO_K = 8  # the K of the zero operands an empty-K GEMM runs on (16 bytes of bf16)
 EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
 # what a variant holds (format 4), read from a format-2/3 kernel step's own values
@@ -239,7 +240,7 @@ class _Call:
         self.partials: dict = {}
         cuda = device.type == "cuda"
         self.stream = torch._C._cuda_getCurrentRawStream(device.index) if cuda else 0
-        self.nvtx = cuda
+        self.nvtx = cuda and _NVTX is not None
 
 
 class Chain:
@@ -708,7 +709,7 @@ class Chain:
         for step in steps:
             name = self._ranges[step["name"]]
             if call.nvtx:
-                torch.cuda.nvtx.range_push(name)
+                _NVTX.rangePushA(name)
             scope = torch.profiler.record_function(name) if profiling else None
             if scope is not None:
                 scope.__enter__()
@@ -727,7 +728,7 @@ class Chain:
                 if scope is not None:
                     scope.__exit__(None, None, None)
                 if call.nvtx:
-                    torch.cuda.nvtx.range_pop()
+                    _NVTX.rangePop()
 
     def _fn(self, symbol: str):
         try:

@@ -511,3 +511,37 @@ def test_saved_is_the_spec_save_list(tmp_path):
     d, checked = make_build(tmp_path, "llama_block")
     chain = runtime.load(d, tuned=False)
     assert sorted(chain.saved) == sorted(checked.spec.backward.save)
+
+
+def test_cubin_launch_packs_its_arguments(tmp_path, monkeypatch):
+    """The driver reads each kernel argument through its pointer: pointers as 8 bytes, i32 and
+    fp32 as 4, Triton's scratch pointers NULL; an empty grid launches nothing."""
+    import ctypes
+    import struct
+
+    from coda_spec import launch
+
+    entry = {
+        "cubin": "k.cubin",
+        "name": "k",
+        "num_warps": 4,
+        "shared": 0,
+        "types": ["*bf16", "i32", "fp32", "*fp32"],
+        "hidden": 2,
+    }
+    cubin = launch.Cubin(tmp_path, entry)
+    seen = []
+
+    class Driver:
+        def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            vals = [
+                struct.unpack(code, ctypes.string_at(params[i], struct.calcsize(code)))[0]
+                for i, code in enumerate("QifQQQ")
+            ]
+            seen.append(((gx, gy, gz), (bx, by, bz), shared, stream.value, vals))
+            return 0
+
+    monkeypatch.setattr(cubin, "_function", lambda device: (Driver(), None))
+    cubin.launch(0, 1234, (5,), (0x1000, 7, 2.5, 0x2010))
+    cubin.launch(0, 1234, (0,), (0x1000, 7, 2.5, 0x2010))
+    assert seen == [((5, 1, 1), (128, 1, 1), 0, 1234, [0x1000, 7, 2.5, 0x2010, 0, 0])]
