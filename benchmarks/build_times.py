@@ -31,9 +31,23 @@ def main() -> int:
     rows = []
     for spec in sorted((ROOT / "specs").glob("*.yaml")):
         start = time.perf_counter()
-        res = subprocess.run([sys.executable, "-m", "coda_spec.cli", "build", str(spec), "-o",
-                              str(out), "-j", args.jobs, "--print-dir"], capture_output=True,
-                             text=True, cwd=ROOT)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "coda_spec.cli",
+                "build",
+                str(spec),
+                "-o",
+                str(out),
+                "-j",
+                args.jobs,
+                "--print-dir",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         wall = time.perf_counter() - start
         if res.returncode != 0:
             rows.append((spec.stem, "FAILED", "", "", "", res.stderr.strip().splitlines()[-1]))
@@ -44,11 +58,21 @@ def main() -> int:
         so = (d / m["library"]).stat().st_size if m["library"] else 0
         objs = sum(k["object_bytes"] for k in ks)
         comp = sum(k["compile_s"] for k in ks)
-        rows.append((spec.stem, f"{wall:.1f}", str(len(ks)), f"{comp:.1f}", f"{objs // 1024}",
-                     f"{so // 1024}"))
-    print(f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
-          f"({platform.processor() or platform.machine()}), no GPU, `-j {args.jobs}`, "
-          "default config (128x256 cooperative, cluster 2x1), fresh output directory per spec.\n")
+        rows.append(
+            (
+                spec.stem,
+                f"{wall:.1f}",
+                str(len(ks)),
+                f"{comp:.1f}",
+                f"{objs // 1024}",
+                f"{so // 1024}",
+            )
+        )
+    print(
+        f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
+        f"({platform.processor() or platform.machine()}), no GPU, `-j {args.jobs}`, "
+        "default config (128x256 cooperative, cluster 2x1), fresh output directory per spec.\n"
+    )
     print("| spec | wall s | kernels | sum of compile s | objects KiB | .so KiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:

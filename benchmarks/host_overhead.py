@@ -104,6 +104,49 @@ def measure(build: Path, m: int, calls: int) -> list[dict]:
     return rows
 
 
+def breakdown(build: Path, m: int, calls: int) -> dict:
+    """Where a checked forward call's host time goes: validation alone, and each step alone
+    (its allocations, argument binding and launch; ``Chain.steps_fn``, no validation)."""
+    chain = load(build, tuned=False)
+    sizes, inputs, _ = _inputs(chain, m)
+    env = chain.run(inputs)
+    parts = {"validate": _stats(_time_calls(lambda: chain.bind(inputs), calls))["median_us"]}
+    for step in chain.manifest["steps"]:
+        fn = chain.steps_fn(env, sizes, [step])
+        for _ in range(10):
+            fn()
+        parts[f"{step['kind']} {step['name']}"] = _stats(_time_calls(fn, calls))["median_us"]
+    parts.update(_launch_calls(chain, inputs, calls))
+    return {"chain": chain.name, "us": parts}
+
+
+def _launch_calls(chain, inputs: dict, calls: int) -> dict:
+    """The median time inside the launch calls themselves -- the exported GEMM function
+    (TVM-FFI, its tensor arguments converted by DLPack) and the driver launch of a cubin --
+    per launch, over ``calls`` checked forward calls."""
+    from coda_spec import launch
+
+    spent = {"gemm call": [], "cubin call": []}
+
+    def timed(fn, what):
+        def call(*a):
+            t0 = time.perf_counter()
+            out = fn(*a)
+            spent[what].append((time.perf_counter() - t0) * 1e6)
+            return out
+
+        return call
+
+    chain._fns.update({k: timed(f, "gemm call") for k, f in chain._fns.items()})
+    real = launch.Cubin.launch
+    launch.Cubin.launch = timed(real, "cubin call")
+    try:
+        _time_calls(lambda: chain.run(inputs), calls)
+    finally:
+        launch.Cubin.launch = real
+    return {k: round(statistics.median(v), 1) for k, v in spent.items() if v}
+
+
 def torch_launch_us(calls: int) -> dict:
     x = torch.ones(256, device="cuda")
     for _ in range(50):
@@ -121,7 +164,9 @@ def main(argv=None) -> int:
     rows = []
     for b in args.builds:
         rows += measure(b, args.m, args.calls)
+    parts = [breakdown(b, args.m, args.calls) for b in args.builds]
     ref = torch_launch_us(args.calls)
+    empty = _stats(_time_calls(lambda: torch.empty(args.m, 4096, device="cuda"), args.calls))
     print(
         f"{'chain':22} {'dir':8} {'launches':>8} {'checked us':>11} {'per launch':>10} "
         f"{'unchecked us':>12} {'per launch':>10} {'graph replay us':>15}"
@@ -134,6 +179,9 @@ def main(argv=None) -> int:
             f"{r['graph_replay']['median_us']:15.1f}"
         )
     print(f"torch.add launch (reference): median {ref['median_us']} us, p90 {ref['p90_us']} us")
+    print(f"torch.empty on the GPU (reference): median {empty['median_us']} us")
+    for p in parts:
+        print(f"{p['chain']}: " + ", ".join(f"{k} {v} us" for k, v in p["us"].items()))
     doc = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -142,6 +190,8 @@ def main(argv=None) -> int:
         "calls": args.calls,
         "rows": rows,
         "torch_add_launch": ref,
+        "torch_empty": empty,
+        "breakdown": parts,
     }
     if args.out:
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

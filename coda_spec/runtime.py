@@ -696,7 +696,7 @@ class Chain:
         device = _current_device()
 
         def call() -> dict:
-            work = _Call(device, sizes, {n: x.detach() for n, x in env.items()})
+            work = _Call(device, sizes, dict(env))  # a run's tensors: already detached
             self._steps(steps, work)
             return work.env
 
