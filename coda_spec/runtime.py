@@ -77,6 +77,7 @@ import importlib.util
 import math
 import os
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -95,7 +96,7 @@ SPLIT_K = ("split_k_semaphore", "split_k_workspace")
 PARTIAL_ROLES = ("colred", "rowred", "group_out")
 INPUT_ROLES = ("tile", "index", "row", "col", "scalar", "group_stat")  # fields a kernel reads
 SIGNATURES_KEPT = 64  # input signatures remembered per chain (validated once each)
-TABLES_KEPT = 8  # RoPE turns tables remembered per chain
+TABLES_KEPT = 8  # RoPE tables kept before those of dead tensors are dropped
 _NVTX = torch._C._nvtx if hasattr(torch._C, "_nvtx") else None  # absent from CPU builds
 ZERO_K = 8  # the K of the zero operands an empty-K GEMM runs on (16 bytes of bf16)
 EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
@@ -259,7 +260,8 @@ class Chain:
         self._fns: dict = {}  # symbol -> exported function, resolved at its first launch
         self._gpus: dict = {}  # device -> SM count, once the GPU is checked (sm_90)
         self._signatures: dict = {}  # input signature -> dim sizes (validated once)
-        self._tables: dict = {}  # RoPE frequency tensor (ptr, version) -> turns table
+        # id of a RoPE frequency tensor -> (weak reference to it, its version, turns table)
+        self._tables: dict = {}
         m = self.manifest
         self._forward = list(m["steps"])
         self._backward = list(m.get("backward_steps", []))
@@ -871,15 +873,18 @@ class Chain:
         return buf
 
     def _turns(self, freqs: torch.Tensor) -> torch.Tensor:
-        """RoPE's turns table of a frequency tensor, computed once per tensor contents (keyed by
-        its storage, shape and version counter: an in-place update recomputes it)."""
-        key = (freqs.data_ptr(), freqs.device, tuple(freqs.shape), freqs._version)
-        table = self._tables.get(key)
-        if table is None:
-            table = _turns_table(freqs)
-            if len(self._tables) >= TABLES_KEPT:
-                self._tables.pop(next(iter(self._tables)))
-            self._tables[key] = table
+        """RoPE's turns table of a frequency tensor, computed once per tensor and contents: kept
+        while that tensor object lives (a weak reference, never its address: a freed tensor's
+        memory is reused by the next one), recomputed when its version counter moves (an
+        in-place update)."""
+        seen = self._tables.get(id(freqs))
+        if seen is not None and seen[0]() is freqs and seen[1] == freqs._version:
+            return seen[2]
+        table = _turns_table(freqs)
+        if len(self._tables) >= TABLES_KEPT:  # forget the tables of tensors that are gone
+            for key in [k for k, v in self._tables.items() if v[0]() is None]:
+                del self._tables[key]
+        self._tables[id(freqs)] = (weakref.ref(freqs), freqs._version, table)
         return table
 
     def _finalize(self, step, call: _Call):

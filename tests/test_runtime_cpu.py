@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 import subprocess
 import sys
 
@@ -545,3 +546,20 @@ def test_cubin_launch_packs_its_arguments(tmp_path, monkeypatch):
     cubin.launch(0, 1234, (5,), (0x1000, 7, 2.5, 0x2010))
     cubin.launch(0, 1234, (0,), (0x1000, 7, 2.5, 0x2010))
     assert seen == [((5, 1, 1), (128, 1, 1), 0, 1234, [0x1000, 7, 2.5, 0x2010, 0, 0])]
+
+
+def test_turns_table_is_not_keyed_by_address(tmp_path):
+    """Two frequency tensors at one address (a freed tensor's memory reused by the next, as the
+    caching allocator does) get their own tables; an in-place update recomputes one."""
+    d, _ = make_build(tmp_path, "f6_rope")
+    chain = runtime.load(d, tuned=False)
+    buf = bytearray(struct.pack("4f", 0.5, 0.25, 0.125, 0.0625))
+    first = torch.frombuffer(buf, dtype=torch.float32)
+    want_first = runtime._turns_table(first.clone())
+    assert torch.equal(chain._turns(first), want_first)
+    buf[:] = struct.pack("4f", 0.9, 0.8, 0.7, 0.6)  # same memory, new contents, new tensor
+    second = torch.frombuffer(buf, dtype=torch.float32)
+    assert second.data_ptr() == first.data_ptr() and second._version == first._version
+    assert torch.equal(chain._turns(second), runtime._turns_table(second.clone()))
+    second.mul_(2.0)  # in place: the version counter moves
+    assert torch.equal(chain._turns(second), runtime._turns_table(second.clone()))
