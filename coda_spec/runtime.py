@@ -1,48 +1,67 @@
-"""Load a built chain and call it with torch CUDA tensors. Imports neither cutlass nor quack.
+"""Load a built chain and call it with torch CUDA tensors. Imports no compiler and no front end.
 
     chain = coda_spec.load("build/rmsnorm_chain-latest")
     out = chain(y=y, w_o=w_o, x=x, gamma=gamma, w_up=w_up)   # {"x1": ..., "r": ..., "out": ...}
 
-What a call does, from ``manifest.json`` alone (see ``coda_spec.artifact``):
+Layer map: this module reads ``manifest.json`` (``coda_spec.artifact``), launches the exported
+GEMM kernels through TVM-FFI and the host/finalize cubins through the driver
+(``coda_spec.launch``). It imports neither cutlass, quack, Triton, yaml, jsonschema, the spec
+front end nor the reference interpreter (a test checks it); ``Chain.checked()`` loads the spec
+for verify, bench and tune, never for a call. docs/runtime.md is the user's guide.
 
-1. validates every input before any launch: present (inputs the manifest marks
+The launch plan, prepared at load: each kernel step's variants, the shape expressions compiled
+to functions, the cubins of host steps and finalizes, the NVTX range names, the saved tensors of
+the backward, the tune table's picks. At the first launch on a device: the library and the
+exported symbols, the SM count and the architecture check (sm_90 only).
+
+What a call does:
+
+1. validates every input before any launch (``check=True``): present (inputs the manifest marks
    ``required: false`` -- read only by ``derive`` or ``equivalent_to``, by no step -- may be
    left out; passed anyway, they are ignored, not validated), a dense CUDA tensor on the current
    device, the declared dtype and shape (static dims exact, dynamic dims consistent), row-major
    contiguous, 16-byte aligned; an unknown keyword is an error too. With ``grads`` the incoming
-   gradients are validated the same way, also before any launch;
-2. runs the steps in order: each kernel gets its operands as views (Linear weights as (N, K),
-   per-row vectors as (1, M), per-column vectors as (1, N)), freshly allocated outputs and
-   partial buffers (fp32, sized from the chosen variant's tile config), and
-   ``max_active_clusters = SMs // cluster size``; finalize steps fold partials in torch (along
-   the tile axis, whatever its width); host steps run the spec's reference math in torch;
+   gradients are validated the same way, also before any launch. A signature (dtype, device,
+   shape and strides of every tensor) is checked in full once; later calls with it check only
+   types and alignment. ``check=False`` skips validation: the dynamic dim is read off the input
+   that carries it (the M = 0 guard holds);
+2. runs the steps in order, each inside an NVTX range (and a ``torch.profiler`` range while the
+   profiler records) named ``<chain>/<step> (<spec file>:<line>)``: each kernel gets its
+   operands as views (Linear weights as (N, K), per-row vectors as (1, M), per-column vectors as
+   (1, N)), freshly allocated outputs and partial buffers (fp32, sized from the chosen variant's
+   tile config), and ``max_active_clusters = SMs // cluster size``; finalize steps and host
+   steps launch their compiled kernels (one launch each; a finalize folded into the host kernel
+   before it launches nothing). All per-call state lives in a ``_Call``, never on the chain;
 3. returns the declared outputs. ``add_to`` outputs are written IN PLACE into the tensor they
    accumulate into (that is the point of QuACK's add_to_output), which is returned under the
-   output's name.
+   output's name. :meth:`Chain.backward` runs the backward steps alone on a forward's saved
+   tensors.
 
-Refusals. Every refused call raises :class:`CodaRuntimeError` (a missing CUDA device, a bad
-input or gradient, an artifact that cannot be loaded) before the first launch, so a refused call
-changes nothing, ``add_to`` tensors included. The one exception would be a kernel whose compiled
-argument check rejects what this validation passed (a coda bug); that is re-raised as a
-``CodaRuntimeError`` naming the kernel, and earlier steps of that call have run.
+Refusals. Every refused call raises :class:`CodaRuntimeError` (a missing CUDA device, a GPU that
+is not sm_90, a bad input or gradient, an artifact that cannot be loaded) before the first
+launch, so a refused call changes nothing, ``add_to`` tensors included. The one exception would
+be a kernel whose compiled argument check rejects what this validation passed (a coda bug); that
+is re-raised as a ``CodaRuntimeError`` naming the kernel, and earlier steps of that call have
+run.
 
-Empty calls: a dynamic dim bound to 0 (M = 0 rows). The call is valid and launches no kernel
-whose GEMM has an empty extent (M, N or K = 0; QuACK's scheduler cannot take an empty grid; at
-M = 0 that is every kernel of the bundled chains). Such a kernel's epilogue runs in torch instead
-(the reference interpreter in fp32, as for host steps) on ``acc = a @ b``, which is empty, or all
-zeros where only K = 0 (a weight gradient summed over zero rows). So at M = 0:
+Empty calls: a dynamic dim bound to 0 (M = 0 rows). The call is valid. A kernel whose GEMM has
+an empty M or N is not launched (QuACK's scheduler cannot take an empty grid); its outputs and
+partial buffers have that empty extent and are only allocated. A GEMM with only K = 0 (a weight
+gradient over zero rows) writes zeros without a launch when its epilogue stores ``acc`` alone
+(``acc_only``), else runs its epilogue on zero operands of K = 8 (``acc`` is exactly 0). A host
+kernel over zero rows has an empty grid. So at M = 0:
 
 * forward outputs and every per-row tensor are empty, of the right shape ((0, N), (0,));
 * gradients of weights and of row vectors (``dw_o``, ``dgamma``) have their full shape and are
   zero: a sum over zero rows is 0;
 * ``add_to`` outputs are the tensor they accumulate into, unchanged (and returned as it).
 
-A reduction over nothing (an empty M axis) has one value everywhere: in finalize steps, host
-steps and the reference interpreter (``coda_spec.reference``, so verify could compare at M = 0).
-``sum`` is 0 (torch's value) and ``mean`` is 0 (torch gives 0/0 = NaN; here a mean over nothing
-is 0, so ``rsqrt_mean`` is ``rsqrt(eps)``); ``max`` and ``absmax`` are -inf (max's identity;
-torch's amax refuses an empty axis) and ``logsumexp`` is -inf (torch's value). Per-row
-statistics over zero rows are simply empty.
+A reduction over nothing (an empty M axis) has one value everywhere: in the finalize kernels,
+host steps and the reference interpreter (``coda_spec.reference``, so verify could compare at
+M = 0). ``sum`` is 0 (torch's value) and ``mean`` is 0 (torch gives 0/0 = NaN; here a mean over
+nothing is 0, so ``rsqrt_mean`` is ``rsqrt(eps)``); ``max`` and ``absmax`` are -inf (max's
+identity; torch's amax refuses an empty axis) and ``logsumexp`` is -inf (torch's value).
+Per-row statistics over zero rows are simply empty.
 
 Variants (manifest format 4). A kernel step may hold several compiled variants of one
 epilogue, each at another tile config (``variants``; ``variants[0]`` is the fallback and repeats
