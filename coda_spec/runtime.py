@@ -231,11 +231,6 @@ def _canonical(x: torch.Tensor) -> torch.Tensor:
     return x if tuple(x.stride()) == want else x.as_strided(x.shape, want)
 
 
-def _dense(x: torch.Tensor) -> torch.Tensor:
-    """Row-major with canonical strides (what a kernel operand must be)."""
-    return _canonical(x.contiguous())
-
-
 def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:
     """Fold per-tile partials along ``axis``; an empty axis gives ``EMPTY_FOLD[fold]``."""
     if buf.shape[axis] == 0:

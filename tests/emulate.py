@@ -16,6 +16,11 @@ from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.reference import PRECISIONS, _run_step
 
 
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """Row-major with canonical strides, as a kernel writes its outputs."""
+    return runtime._canonical(x.contiguous())
+
+
 def _spec_step(chain, step):
     spec = chain.checked().spec
     steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
@@ -41,13 +46,13 @@ def kernel(chain, step, call) -> None:
             into.copy_(value)
             env[name] = into
         else:
-            env[name] = runtime._dense(value)
+            env[name] = _dense(value)
     for f in step["fields"]:
         t = f["tensor"]
         if f["role"] in ("aux", "select"):
-            env[t] = runtime._dense(work[t].to(TORCH_DTYPES[f["dtype"]]))
+            env[t] = _dense(work[t].to(TORCH_DTYPES[f["dtype"]]))
         elif f["role"] in runtime.PARTIAL_ROLES:
-            env[t] = runtime._dense(work[t].float())
+            env[t] = _dense(work[t].float())
             call.partials[t] = (f["role"], f["fold"])
 
 
@@ -61,7 +66,7 @@ def host(chain, step, call) -> None:
             call.env[name] = work[name]
             continue
         dtype = chain.manifest["tensors"][name]["dtype"]
-        call.env[name] = runtime._dense(work[name].to(TORCH_DTYPES[dtype]))
+        call.env[name] = _dense(work[name].to(TORCH_DTYPES[dtype]))
 
 
 def emulate(monkeypatch, before=None) -> None:
