@@ -97,14 +97,14 @@ def _say(msg: str, log=None):
 
 def build_spec(path, opts: BuildOptions) -> BuildResult:
     """Build one spec file. Raises SpecError (invalid / unsupported) or ToolError."""
-    from coda_spec.frontend import check_file
+    from coda_spec.frontend import run_stages
 
     start = time.perf_counter()
-    checked = check_file(path)
-    name = checked.spec.name
+    checked = run_stages(path, min(opts.stop_after, "analyze", key=STAGES.index))
     if STAGES.index(opts.stop_after) <= STAGES.index("analyze"):
         print(f"{path}: stopped after {opts.stop_after} (nothing written)")
-        return BuildResult(name, Path(), False, False, time.perf_counter() - start)
+        return BuildResult(Path(path).stem, Path(), False, False, time.perf_counter() - start)
+    name = checked.spec.name
     problems = [p for c in opts.candidates for p in c.problems()]
     if problems:
         raise SpecError([Diagnostic(str(path), 0, 0, "--config", p) for p in problems])
@@ -487,8 +487,3 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def latest_build(out: Path, name: str) -> Path | None:
-    p = out / f"{name}-latest"
-    return p.resolve() if p.exists() and (p / artifact.MANIFEST).is_file() else None

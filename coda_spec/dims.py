@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 
-DYNAMIC = "dynamic"
 Folded = int | str
 
 
@@ -42,13 +41,6 @@ def _parse(expr: str) -> ast.expr:
 def _short(expr: str) -> str:
     text = repr(expr)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def names_in(expr: int | str) -> tuple[str, ...]:
-    """Dim names an expression mentions (empty for an integer)."""
-    if isinstance(expr, int):
-        return ()
-    return tuple(sorted({n.id for n in ast.walk(_parse(expr)) if isinstance(n, ast.Name)}))
 
 
 def fold(expr: int | str, sizes: dict[str, int | None]) -> Folded:

@@ -15,14 +15,28 @@ from coda_spec.normalize import normalize
 from coda_spec.source import Source, load_source
 from coda_spec.validate import validate_source
 
-STAGES = ("load", "validate", "normalize", "analyze")
-
 
 @dataclass(frozen=True)
 class Checked:
     source: Source
     spec: Spec
     analysis: Analysis
+
+
+def run_stages(path, stop_after: str = "analyze"):
+    """Run the check stages on one file up to ``stop_after`` (inclusive) and return that
+    stage's value: the loaded ``Source`` (load, validate), the ``Spec`` (normalize) or the
+    ``Checked`` spec (analyze). Later stages do not run, so their errors are not reported."""
+    src = load_source(path)
+    if stop_after == "load":
+        return src
+    validate_source(src)
+    if stop_after == "validate":
+        return src
+    spec = normalize(src)
+    if stop_after == "normalize":
+        return spec
+    return Checked(src, spec, analyze(src, spec))
 
 
 def check_source(src: Source) -> Checked:

@@ -109,3 +109,22 @@ def test_workers_without_output_point_at_the_log_that_exists(monkeypatch, tmp_pa
     assert log.is_file(), f"{log} does not exist"
     assert "worker died" in log.read_text()
     assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "stop, spec, exit_code",
+    [
+        ("load", "tests/bad_specs/bwd_save_unknown.yaml", EXIT_OK),  # an analyze error
+        ("normalize", "tests/bad_specs/bwd_save_unknown.yaml", EXIT_OK),
+        ("analyze", "tests/bad_specs/bwd_save_unknown.yaml", 2),
+        ("validate", "tests/bad_specs/add_to_read_after.yaml", EXIT_OK),
+    ],
+)
+def test_stop_after_a_check_stage_runs_nothing_later(stop, spec, exit_code, tmp_path):
+    """--stop-after load|validate|normalize stops there: a later stage's error is not reached;
+    --stop-after analyze reports it (exit 2). Nothing is written either way."""
+    result = _build([spec, "--stop-after", stop, "-o", str(tmp_path)])
+    assert result.exit_code == exit_code, result.output
+    if exit_code == EXIT_OK:
+        assert f"stopped after {stop} (nothing written)" in result.output
+    assert not list(tmp_path.iterdir())

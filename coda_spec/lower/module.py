@@ -9,7 +9,7 @@ own QuACK ops (``coda_spec.lower.quack_ops``; only generated modules import that
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 
 from coda_spec.errors import SpecError
@@ -77,9 +77,6 @@ def tool_versions() -> dict:
 class LoweredModule:
     source: str
     kernels: tuple  # tuple[LoweredKernel, ...]
-
-    def to_data(self) -> list:
-        return [asdict(k) | {"body": None, "decorator": None} for k in self.kernels]
 
 
 def kernel_steps(analysis):

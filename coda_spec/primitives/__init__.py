@@ -45,7 +45,6 @@ from coda_spec.primitives import (
     tanh,
     valid,
 )
-from coda_spec.primitives.base import Primitive
 
 _MODULES = (
     add,
@@ -89,7 +88,3 @@ _MODULES = (
 def registry() -> MappingProxyType:
     """Read-only name -> Primitive map."""
     return MappingProxyType({m.PRIMITIVE.name: m.PRIMITIVE for m in _MODULES})
-
-
-def get(name: str) -> Primitive:
-    return registry()[name]
