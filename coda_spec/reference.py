@@ -4,7 +4,7 @@
 finalizes, then the backward section if ``grads`` are given) and returns every chain tensor.
 Each epilogue item runs its primitive's ``reference`` (dispatch on ``op.prim``).
 
-Precisions (DESIGN §7):
+Precisions (the verify protocol, docs/verification.md):
 
 * ``fp64``: everything in float64 on the (bf16-valued) inputs; stores are not rounded. This is the
   ``ref`` of the verify pass rule and the side of the algebra checks against ``equivalent_to``.

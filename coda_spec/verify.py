@@ -1,4 +1,6 @@
-"""``coda verify``: prove built kernels right against the spec's own reference math (DESIGN §7).
+"""``coda verify``: prove built kernels right against the spec's reference math.
+
+The protocol is documented for users in docs/verification.md.
 
 Protocol, per chain and per shape case (real: M = 16384 at the spec's dims; ragged: M = 1000 and
 static dims nudged off the tile grid; small: M = 64; or ``--dims``):

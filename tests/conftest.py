@@ -1,7 +1,8 @@
 """Shared fixtures: golden-file comparison and the bundled catalogue.
 
 Golden files are regenerated with ``CODA_UPDATE_GOLDEN=1 python -m pytest ...``; review the diff.
-GPU tests carry the ``gpu`` marker and skip cleanly on machines without a CUDA device.
+GPU tests carry the ``gpu`` marker and skip cleanly on machines without a CUDA device; on a GPU
+machine, a test whose build is missing fails with the command that makes it (``need_build``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ def assert_golden(path: Path, text: str) -> None:
         return
     assert path.exists(), f"missing golden {path}; run with CODA_UPDATE_GOLDEN=1"
     assert text == path.read_text(), f"{path.name} differs from its golden file"
+
+
+def need_build(name: str, spec: str | None = None) -> Path:
+    """``build/<name>-latest`` for a GPU test; a missing build FAILS the test, naming the
+    command that makes it (a GPU run without builds must not pass by skipping everything)."""
+    d = ROOT / "build" / f"{name}-latest"
+    if not (d / "manifest.json").is_file():
+        pytest.fail(f"no build of {name}: run `coda build {spec or f'specs/{name}.yaml'}` first")
+    return d
 
 
 def pytest_collection_modifyitems(config, items):

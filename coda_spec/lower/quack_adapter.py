@@ -12,11 +12,11 @@ plan's ``EpilogueArguments._fields`` in order, operand majors, scheduler facts, 
 failure it writes ``SYMBOL.error.txt`` (the full traceback) and exits 3; the build maps it back to
 the spec line. One process compiles several kernels so the ~5 s of imports are paid once.
 
-Measured recipe (DESIGN §4): set ``QUACK_ARCH=90`` and ``CUTE_DSL_ARCH=sm_90a`` before cutlass is
-imported (otherwise the DSL targets sm_100a), disable QuACK's disk cache, and patch the one GPU
-query (``get_max_active_clusters``; its value is a runtime argument of the exported function
-anyway). Fake operands are CPU ``torch.empty`` tensors with the real dtypes, ranks and majors;
-shapes are symbolic in the compiled function, so any size works at run time.
+Measured recipe (docs/build.md, "Compile"): set ``QUACK_ARCH=90`` and ``CUTE_DSL_ARCH=sm_90a``
+before cutlass is imported (otherwise the DSL targets sm_100a), disable QuACK's disk cache, and
+patch the one GPU query (``get_max_active_clusters``; its value is a runtime argument of the
+exported function anyway). Fake operands are CPU ``torch.empty`` tensors with the real dtypes,
+ranks and majors; shapes are symbolic in the compiled function, so any size works at run time.
 
 Epilogue knobs (``BuildConfig.epi_n``, ``c_stages``; docs/build.md): QuACK's sm90 GEMM derives
 the epilogue subtile and the smem split between mainloop (A/B) stages and epilogue C/D stages

@@ -2,7 +2,8 @@
 
 Layout convention (used by every pair primitive and documented in docs/spec-language.md): for
 gated MLPs the even column is the gate g and the odd column the up projection u, so the weight
-``w_gu`` interleaves gate and up rows (``coda_spec.layouts`` converts a separate [gate; up] pair).
+``w_gu`` interleaves gate and up rows (from separate ``gate`` and ``up`` weights:
+``torch.stack([gate, up], 1).reshape(2 * F, D)``).
 For RoPE the pair (a, b) = (x[2i], x[2i+1]) rotates by theta = pos * freq[i]:
 (a, b) -> (a*cos - b*sin, a*sin + b*cos).
 """

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# Families (DESIGN §6).
+# Families (docs/spec-language.md, "Primitive reference").
 ELEMENTWISE = "elementwise"
 PAIR = "pair"
 VECTOR = "vector"

@@ -5,7 +5,8 @@
 For each M: fresh random inputs (``coda_spec.inputs``, never zeros, recorded seed), the kernels
 through ``coda_spec.runtime``, the spec's math in fp64 (ref) and in the low-precision pipeline
 (ref_lowp) with ``coda_spec.reference`` on the same GPU, and per output: max |out - ref|, the
-relative error ||out - ref|| / ||ref||, and the DESIGN §7 bound 2 * max|ref_lowp - ref| + floor.
+relative error ||out - ref|| / ||ref||, and verify's bound (docs/verification.md)
+2 * max|ref_lowp - ref| + floor.
 This is issue 3's end-to-end check; ``coda verify`` will grow from it.
 """
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from coda_spec.bench.model import loads
-from tests.conftest import ROOT
+from tests.conftest import ROOT, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -22,8 +22,7 @@ CHAINS = ["rmsnorm_chain", "b1_dgrad_rmsnorm_bwd", "llama_block"]
 
 @pytest.mark.parametrize("name", CHAINS)
 def test_short_bench_runs_every_candidate(name, tmp_path):
-    if not (ROOT / "build" / f"{name}-latest").exists():
-        pytest.skip(f"build specs/{name}.yaml first")
+    need_build(name)
     out = tmp_path / "out"
     res = subprocess.run(
         [

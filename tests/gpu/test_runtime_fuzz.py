@@ -2,7 +2,7 @@
 
 Builds needed (made here, carried to the GPU machine): ``build/<chain>-latest`` for each of
 rmsnorm_chain, f5_norm_lmhead_lse, b1_dgrad_rmsnorm_bwd and llama_block
-(``coda build specs/<chain>.yaml``); a chain without its build is skipped. Run with
+(``coda build specs/<chain>.yaml``); a chain without its build fails, naming that command. Run with
 
     python -m pytest tests/gpu/test_runtime_fuzz.py -q -rA
 
@@ -38,7 +38,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -78,10 +78,7 @@ def _reason(msg: str) -> str:
 
 
 def _build_dir(name):
-    d = ROOT / "build" / f"{name}-latest"
-    if not (d / "manifest.json").is_file():
-        pytest.skip(f"no build of {name}: run coda build specs/{name}.yaml first")
-    return d
+    return need_build(name)
 
 
 class Harness:

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import need_build
 
-BUILD = ROOT / "build" / "rmsnorm_chain-latest"
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not (BUILD / "manifest.json").is_file(), reason="build specs/rmsnorm_chain.yaml first"
-    ),
-]
+pytestmark = pytest.mark.gpu
 
 
 def _inputs(m=256):
@@ -21,7 +15,7 @@ def _inputs(m=256):
     from coda_spec import load
     from coda_spec.inputs import make_inputs
 
-    chain = load(BUILD)
+    chain = load(need_build("rmsnorm_chain"))
     sizes = {d.name: (d.size or m) for d in chain.checked().spec.dims}
     low, _ = make_inputs(chain.checked().spec, sizes, seed=0)
     return chain, {k: v.cuda() for k, v in low.items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import need_build
 
 CHAINS = ["rmsnorm_chain", "b3_rope_bwd", "b4_ce_fwd_bwd", "llama_block"]
 pytestmark = pytest.mark.gpu
@@ -20,10 +20,7 @@ def _chain(name: str, m: int = 1000, seed: int = 0):
     from coda_spec import load
     from coda_spec.inputs import make_grads, make_inputs
 
-    build = ROOT / "build" / f"{name}-latest"
-    if not (build / "manifest.json").is_file():
-        pytest.fail(f"no build of {name}: run `coda build specs/{name}.yaml` first")
-    chain = load(build, tuned=False)
+    chain = load(need_build(name), tuned=False)
     checked = chain.checked()
     sizes = {d.name: (d.size or m) for d in checked.spec.dims}
     low, _ = make_inputs(checked.spec, sizes, seed=seed)

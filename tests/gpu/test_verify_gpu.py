@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -22,20 +22,14 @@ def _verify(*args):
     )
 
 
-@pytest.mark.skipif(
-    not (ROOT / "build" / "rmsnorm_chain-latest").exists(),
-    reason="build specs/rmsnorm_chain.yaml first",
-)
 def test_verify_passes_on_a_correct_build():
+    need_build("rmsnorm_chain")
     res = _verify("build/rmsnorm_chain-latest", "--seed", "1", "--small")
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.skipif(
-    not (ROOT / "build" / "rmsnorm_chain_mutant-latest").exists(),
-    reason="build tests/gpu/mutant_rmsnorm_chain.yaml first",
-)
 def test_mutant_build_fails_against_the_original_reference():
+    need_build("rmsnorm_chain_mutant", "tests/gpu/mutant_rmsnorm_chain.yaml")
     res = _verify(
         "build/rmsnorm_chain_mutant-latest",
         "--seed",
