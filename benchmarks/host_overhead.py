@@ -28,18 +28,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coda_spec import load  # noqa: E402
-from coda_spec.inputs import make_grads, make_inputs  # noqa: E402
+from coda_spec.bench.driver import Options, draw  # noqa: E402
 
 
 def _inputs(chain, m: int, seed: int = 0):
+    """(sizes, inputs, grads) on the GPU, drawn as coda bench draws them."""
     checked = chain.checked()
     sizes = {d.name: (d.size or m) for d in checked.spec.dims}
-    low, _ = make_inputs(checked.spec, sizes, seed=seed)
-    inputs = {k: v.cuda() for k, v in low.items() if k in chain.required_inputs}
-    grads = None
-    if chain.manifest.get("backward_steps"):
-        g, _ = make_grads(checked.spec, checked.analysis, sizes, seed=seed + 1)
-        grads = {k: v.cuda() for k, v in g.items()}
+    _, inputs, grads = draw(chain, checked, sizes, Options(seed=seed))
     return sizes, inputs, grads
 
 

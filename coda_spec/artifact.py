@@ -52,9 +52,6 @@ from pathlib import Path
 FORMAT_VERSION = 5  # 2: grads_in, backward_outputs; 3: inputs[].required; 4: variants; 5: launch
 READABLE_FORMATS = (2, 3, 4, 5)  # a format-2 manifest reads as "every input required"
 MANIFEST = "manifest.json"
-# a reduction -> how its partials fold (the first fold finalize allows; primitives/_reduce.py)
-FOLD_OF = {"sum": "sum", "sumsq": "sum", "dot": "sum", "max": "max", "absmax": "max"}
-FOLD_OF["logsumexp"] = "logsumexp"
 
 
 def compiler_lib_dirs() -> list[tuple[str, str]]:
@@ -132,15 +129,23 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
         "reads": list(info.reads),
         "writes": list(info.writes),
         "line": step.loc.line,
-        "partials": {  # partial -> its fold (what a reduction over zero rows gives)
-            t: FOLD_OF[analysis.tensor(t).partial[1]]
-            for t in info.writes
-            if analysis.tensor(t).origin == "partial"
-        },
+        "partials": _host_partials(info, analysis),  # what a reduction over zero rows gives
     }
     if step.name in launches:
         data["launch"] = launches[step.name]
     return data
+
+
+def _host_partials(info, analysis) -> dict:
+    """partial -> its fold (the first a finalize may use; ``primitives/_reduce.FOLDS``). Build
+    side only: the runtime, which imports this module, must not load the primitive registry."""
+    from coda_spec.primitives._reduce import FOLDS
+
+    return {
+        t: FOLDS[analysis.tensor(t).partial[1]][0]
+        for t in info.writes
+        if analysis.tensor(t).origin == "partial"
+    }
 
 
 def finalize_data(step, analysis) -> dict:

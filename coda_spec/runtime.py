@@ -495,19 +495,23 @@ class Chain:
         tensors = {n: inputs[n] for n in self._required}
         declared = dict(self._required)
         if grads is not None:
-            if not self._backward:
-                raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
-            missing = [n for n in self._grads_in if n not in grads]
-            unknown = set(grads) - set(self._grads_in)
-            if missing or unknown:
-                raise CodaRuntimeError(
-                    f"{self.name}: backward needs gradients {sorted(self._grads_in)}; missing "
-                    f"{missing}, unknown {sorted(unknown)}"
-                )
+            self._check_grad_names(grads)
             tensors.update(grads)
             declared.update({n: dict(t, what="gradient") for n, t in self._grads_in.items()})
         env, sizes = self._checked_tensors(declared, tensors, device)
         return device, env, sizes
+
+    def _check_grad_names(self, grads: dict) -> None:
+        """The incoming gradients are exactly the backward section's ``grads_in``."""
+        if not self._backward:
+            raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
+        missing = [n for n in self._grads_in if n not in grads]
+        unknown = set(grads) - set(self._grads_in)
+        if missing or unknown:
+            raise CodaRuntimeError(
+                f"{self.name}: backward needs gradients {sorted(self._grads_in)}; missing "
+                f"{missing}, unknown {sorted(unknown)}"
+            )
 
     def _checked_tensors(self, declared: dict, tensors: dict, device) -> tuple[dict, dict]:
         """Validate ``tensors`` against ``declared`` (name -> manifest entry): a signature seen
@@ -673,13 +677,7 @@ class Chain:
             )
         tensors = {n: saved[n] for n in self._saved}
         if check:
-            missing = [n for n in self._grads_in if n not in grads]
-            unknown = set(grads) - set(self._grads_in)
-            if missing or unknown:
-                raise CodaRuntimeError(
-                    f"{self.name}: backward needs gradients {sorted(self._grads_in)}; missing "
-                    f"{missing}, unknown {sorted(unknown)}"
-                )
+            self._check_grad_names(grads)
             declared = {
                 n: {**self.manifest["tensors"][n], "what": "saved tensor"} for n in self._saved
             }

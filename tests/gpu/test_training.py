@@ -18,17 +18,12 @@ def _chain(name: str, m: int = 1000, seed: int = 0):
     import torch
 
     from coda_spec import load
-    from coda_spec.inputs import make_grads, make_inputs
+    from coda_spec.bench.driver import Options, draw
 
     chain = load(need_build(name), tuned=False)
     checked = chain.checked()
     sizes = {d.name: (d.size or m) for d in checked.spec.dims}
-    low, _ = make_inputs(checked.spec, sizes, seed=seed)
-    inputs = {k: v.cuda() for k, v in low.items() if k in chain.required_inputs}
-    grads = None
-    if chain.manifest.get("backward_steps"):
-        g, _ = make_grads(checked.spec, checked.analysis, sizes, seed=seed + 1)
-        grads = {k: v.cuda() for k, v in g.items()}
+    _, inputs, grads = draw(chain, checked, sizes, Options(seed=seed))
     torch.cuda.synchronize()
     return chain, inputs, grads
 
