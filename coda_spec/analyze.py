@@ -45,6 +45,11 @@ class Analysis:
     def info(self, name: str) -> TensorInfo | None:
         return next((t for t in self.tensors if t.name == name), None)
 
+    def step_infos(self) -> tuple:
+        """Every ``(step, StepInfo)``, forward then backward (``Spec.all_steps`` order)."""
+        infos = tuple(self.steps) + tuple(self.backward_steps)
+        return tuple(zip(self.spec.all_steps(), infos, strict=True))
+
 
 def _productions(step, prims) -> list[tuple[str, tuple]]:
     """Chain names a step writes, with the spec path of the writing item."""

@@ -177,7 +177,7 @@ def step_reads(checked) -> set:
     ``over``, epilogue items' tensors (the ``reads`` of the analysis, add_to included)."""
     spec, a = checked.spec, checked.analysis
     reads: set = set()
-    for s in list(spec.steps) + list(spec.backward.steps if spec.backward else ()):
+    for s in spec.all_steps():
         if s.kind == "kernel":
             reads |= {s.gemm.a.name, s.gemm.b.name}
         elif s.kind == "host":

@@ -216,15 +216,14 @@ def aot_kernels(checked, meta: dict) -> list:
     from coda_spec.lower.host_kernel import host_kernel
 
     spec = checked.spec
-    steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
     out, folded = [], set()
-    for s in steps:
+    for s in spec.all_steps():
         if s.kind == "host":
             k = host_kernel(checked, s)
             out.append(k)
             folded.update(k.folds)
     fields = {f["tensor"]: f for k in meta["kernels"] for f in k["fields"]}
-    for s in steps:
+    for s in spec.all_steps():
         if s.kind != "finalize" or s.name in folded:
             continue
         data = artifact.finalize_data(s, checked.analysis)
@@ -415,7 +414,7 @@ def _kernels(checked):
     spec = checked.spec
     return [
         s
-        for s in list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+        for s in spec.all_steps()
         if s.kind == "kernel"
     ]
 

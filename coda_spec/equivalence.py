@@ -143,10 +143,7 @@ def mutants(checked):
 
     prims = registry()
     spec = checked.spec
-    sections = [("steps", spec.steps)]
-    if spec.backward is not None:
-        sections.append(("backward", spec.backward.steps))
-    for section, steps in sections:
+    for section, steps in spec.sections():
         for si, step in enumerate(steps):
             ops = (
                 step.epilogue
@@ -181,10 +178,7 @@ def _with_step(spec, section, index, step):
 def perturbation_sites(checked):
     """Every (section, step index, item index or None) whose result a perturbation can change."""
     spec = checked.spec
-    sections = [("steps", spec.steps)]
-    if spec.backward is not None:
-        sections.append(("backward", spec.backward.steps))
-    for section, steps in sections:
+    for section, steps in spec.sections():
         for si, step in enumerate(steps):
             if step.kind == "finalize":
                 yield (section, si, None)

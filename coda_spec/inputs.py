@@ -23,7 +23,7 @@ from coda_spec.expr_eval import evaluate
 
 def _weight_scales(spec, sizes) -> dict:
     out = {}
-    for step in list(spec.steps) + list(spec.backward.steps if spec.backward else ()):
+    for step in spec.all_steps():
         if step.kind != "kernel":
             continue
         t = spec.tensor(step.gemm.b.name)

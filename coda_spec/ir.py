@@ -156,6 +156,19 @@ class Spec:
     def tensor(self, name: str) -> Tensor | None:
         return next((t for t in self.tensors if t.name == name), None)
 
+    def sections(self) -> tuple:
+        """``(section, steps)`` for the forward steps (section ``"steps"``), then the backward
+        steps (``"backward"``) when the spec has a backward section. The one home of the
+        forward + backward walk; a step's section and index locate it (mutants, perturbation)."""
+        out = (("steps", self.steps),)
+        if self.backward is not None:
+            out += (("backward", self.backward.steps),)
+        return out
+
+    def all_steps(self) -> tuple:
+        """Every step, forward then backward."""
+        return tuple(s for _, steps in self.sections() for s in steps)
+
 
 def to_data(node):
     """JSON-ready view of an IR node (golden files, build dirs). Locations become ``line``."""

@@ -159,9 +159,7 @@ def run(
     spec = analysis.spec
     sizes = dict(sizes) if sizes else infer_sizes(analysis, inputs)
     env = {k: (v.to(prec.compute) if v.is_floating_point() else v) for k, v in inputs.items()}
-    sections = [("steps", spec.steps)]
-    if grads is not None and spec.backward is not None:
-        sections.append(("backward", spec.backward.steps))
+    sections = spec.sections() if grads is not None else spec.sections()[:1]
     for section, steps in sections:
         if section == "backward":
             env.update({k: v.to(prec.compute) for k, v in grads.items()})

@@ -23,7 +23,7 @@ def _dense(x: torch.Tensor) -> torch.Tensor:
 
 def _spec_step(chain, step):
     spec = chain.checked().spec
-    steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+    steps = spec.all_steps()
     return next(s for s in steps if s.kind == step["kind"] and s.name == step["name"])
 
 

@@ -36,7 +36,8 @@ def _case_inputs(checked, case, sizes):
         for row, value in rows.items():
             low[name][int(row)] = value
     grads = None
-    if any(s.kind == "host" and s.name == case["step"] for s in _backward(checked.spec)):
+    backward = dict(checked.spec.sections()).get("backward", ())
+    if any(s.kind == "host" and s.name == case["step"] for s in backward):
         gen = torch.Generator().manual_seed(case.get("seed", 0) + 1)
         grads = {}
         for t in checked.analysis.tensors:
@@ -45,10 +46,6 @@ def _case_inputs(checked, case, sizes):
                 x = torch.randn(shape, generator=gen, dtype=torch.float64)
                 grads[t.name] = x.to(TORCH_DTYPES[t.dtype])
     return low, grads
-
-
-def _backward(spec):
-    return spec.backward.steps if spec.backward is not None else ()
 
 
 def _round_like_the_gpu() -> None:
@@ -95,7 +92,7 @@ def main(argv) -> int:
 
     low, grads = _case_inputs(checked, case, sizes)
     env = run(analysis, low, "fp32", sizes, grads=grads)
-    section = [s for s in list(spec.steps) + list(_backward(spec))]
+    section = list(spec.all_steps())
     step = next(s for s in section if s.kind == "host" and s.name == case["step"])
     written = {o["tensor"] for o in kernel.outputs}
     reads = {}

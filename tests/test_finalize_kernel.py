@@ -156,7 +156,7 @@ def _spec_finalizes():
     for path in paths:
         checked = check_source(parse_text(str(path.relative_to(ROOT)), path.read_text()))
         spec, a = checked.spec, checked.analysis
-        steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+        steps = spec.all_steps()
         finals = [s for s in steps if s.kind == "finalize"]
         if not finals:
             continue

@@ -151,7 +151,7 @@ def _host_steps():
     for path in SPECS:
         checked = check_file(path.relative_to(ROOT))
         spec = checked.spec
-        steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
+        steps = spec.all_steps()
         out += [(path.stem, s.name) for s in steps if s.kind == "host"]
     return out
 

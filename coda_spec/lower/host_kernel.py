@@ -456,7 +456,7 @@ def _schedule(hc: HostCtx, op, p) -> int:
 def _section(spec, step) -> tuple:
     """(steps of the section holding host step ``step`` (the node or its name), its index there,
     'steps' or 'backward.steps')."""
-    sections = (("steps", spec.steps), ("backward.steps", _backward_steps(spec)))
+    sections = [("backward.steps" if w == "backward" else w, st) for w, st in spec.sections()]
     name = step if isinstance(step, str) else step.name
     for same in (lambda s: s is step, lambda s: s.kind == "host" and s.name == name):
         for where, steps in sections:
@@ -464,10 +464,6 @@ def _section(spec, step) -> tuple:
                 if same(s):
                     return steps, i, where
     raise KeyError(f"no host step {name!r} in spec '{spec.name}'")
-
-
-def _backward_steps(spec) -> tuple:
-    return spec.backward.steps if spec.backward is not None else ()
 
 
 def _step_info(analysis, where: str, index: int):

@@ -81,10 +81,7 @@ class LoweredModule:
 
 def kernel_steps(analysis):
     """(step, StepInfo) for every GEMM kernel, forward then backward."""
-    spec = analysis.spec
-    steps = list(spec.steps) + list(spec.backward.steps if spec.backward else ())
-    infos = list(analysis.steps) + list(analysis.backward_steps)
-    return [(s, i) for s, i in zip(steps, infos, strict=True) if s.kind == "kernel"]
+    return [(s, i) for s, i in analysis.step_infos() if s.kind == "kernel"]
 
 
 def lower_spec(checked, config) -> LoweredModule:
