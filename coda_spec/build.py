@@ -412,11 +412,7 @@ def _failed_name(tmp: Path) -> str:
 
 def _kernels(checked):
     spec = checked.spec
-    return [
-        s
-        for s in spec.all_steps()
-        if s.kind == "kernel"
-    ]
+    return [s for s in spec.all_steps() if s.kind == "kernel"]
 
 
 def link(tmp: Path, name: str, symbols, log) -> str:
