@@ -145,5 +145,11 @@ def evaluator(expr: int | str):
     return lambda sizes: _eval(node, sizes, text)
 
 
+def cdiv(extent: Folded, block: int) -> Folded:
+    """Tiles of ``block`` covering ``extent``: an int for a static extent, the expression
+    ``cdiv(<extent>,<block>)`` for a dynamic one (partial-buffer shapes)."""
+    return -(-extent // block) if isinstance(extent, int) else f"cdiv({extent},{block})"
+
+
 def show(folded: tuple[Folded, ...]) -> str:
     return "[" + ", ".join(str(d) for d in folded) + "]"

@@ -207,7 +207,9 @@ class LowerCtx:
         self.fields.append(f)
 
     def n_tiles(self, extent, tile) -> object:
-        return -(-extent // tile) if isinstance(extent, int) else f"cdiv({extent},{tile})"
+        from coda_spec import dims
+
+        return dims.cdiv(extent, tile)
 
     def fold(self, expr):
         """A dim expression (``head_dim``, ``3*D``) as an int, or its text if a dim is dynamic."""
