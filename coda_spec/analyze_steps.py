@@ -1,97 +1,23 @@
 """Per-step typing for ``analyze``: walk kernels, host steps and finalizes in order.
 
-Each epilogue item is typed by its primitive's ``infer`` (dispatch on ``op.prim`` via the
-registry, operands resolved through the primitive's declared ports). The walker tracks which chain
-tensors exist at each point, which have been consumed in place (``add_to``), and which reduction
-partials still wait for a finalize.
+Part of stage ``analyze`` (layer map in ``coda_spec.analyze``). Each epilogue item is typed by
+its primitive's ``infer`` (dispatch on ``op.prim`` via the registry, operands resolved through
+the primitive's declared ports, ``TypeCtx`` from ``analyze_types``). The walker tracks which
+chain tensors exist at each point, which have been consumed in place (``add_to``), and which
+reduction partials still wait for a finalize; what it produces are ``TensorInfo``/``StepInfo``
+records (``analyze_types``). The 16-byte TMA row rule reads element sizes from the one dtype
+table (``coda_spec.dtypes``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from coda_spec.analyze_types import StepInfo, TensorInfo, TypeCtx, flat, load_hint, shape_expr
 from coda_spec.dims import DimError, fold, show
+from coda_spec.dtypes import DTYPES
 from coda_spec.errors import Diagnostic, closest, did_you_mean
 from coda_spec.finalize import NEEDS_N
-from coda_spec.ir import Loc
 from coda_spec.primitives._reduce import FOLDS
 from coda_spec.primitives.base import INDEX_DTYPES, PAIR, TypeProblem, VType, double, half
-
-_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int64": 8}
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    shape: tuple  # folded dims (int or dynamic-dim name)
-    dtype: str
-    origin: str  # input | grad_in | stored | finalized | partial
-    producer: str  # step name ("" for inputs)
-    loc: Loc = field(compare=False)
-    ignore_index: int | None = None
-    partial: tuple | None = None  # (kind, reduce op, width, group) for partials
-    add_to: str | None = None  # the input this output accumulated into, in place
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    name: str
-    kind: str
-    reads: tuple
-    writes: tuple
-    rows: object = None
-    width: object = None
-    k: object = None
-    mode: str = ""
-    values: tuple = ()  # ((name, VType), ...)
-
-
-class _TypeCtx:
-    """What a primitive's ``infer`` may ask about the step it sits in."""
-
-    def __init__(self, rows, width, sizes, has_acc):
-        self.rows, self.width, self.sizes, self.has_acc = rows, width, sizes, has_acc
-
-    def fold(self, expr, key):
-        try:
-            return fold(expr, self.sizes)
-        except DimError as e:
-            raise TypeProblem(str(e), key, e.hint) from e
-
-    def width_ok(self, w) -> bool:
-        return w in (self.width, half(self.width), double(self.width))
-
-    def width_choices(self) -> str:
-        return f"{self.width}, {half(self.width)} or {double(self.width)}"
-
-    @staticmethod
-    def both_literals(op) -> bool:
-        v = op.get(op.prim)
-        return isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)
-
-
-def _load_hint(info, rows=None) -> str:
-    if len(info.shape) == 1:  # a per-row vector is as long as the step has rows
-        prim = "load_col" if info.shape[0] == rows else "load_row"
-    else:
-        prim = {2: "load_tile", 0: "load_scalar"}.get(len(info.shape), "load_tile")
-    return f"load it first: - {{{prim}: {info.name}}}"
-
-
-def _shape_expr(data, name, idx):
-    """The dim expression a tensor declares at ``idx`` (as written), or None."""
-    try:
-        return data["tensors"][name]["shape"][idx]
-    except (KeyError, IndexError, TypeError):
-        return None
-
-
-def _flat(values):
-    for v in values:
-        if isinstance(v, list):
-            yield from (x for x in v if x is not None)
-        elif v is not None:
-            yield v
 
 
 class StepWalker:
@@ -145,7 +71,7 @@ class StepWalker:
         return None
 
     def tma_rule(self, width, dtype, path, what):
-        per = 16 // _BYTES.get(dtype, 2)
+        per = 16 // next((d.bytes for d in DTYPES if d.name == dtype), 2)
         if isinstance(width, int) and width % per:
             self.err(
                 path,
@@ -250,7 +176,7 @@ class StepWalker:
             self.width_src = (over, 1, f"host step '{step.name}' is {{w}} wide")
             dtype = over.dtype if over.dtype not in INDEX_DTYPES else "fp32"
             ops = step.body
-        tc = _TypeCtx(rows, width, self.sizes, is_kernel)
+        tc = TypeCtx(rows, width, self.sizes, is_kernel)
         self.rows = rows
         reads, writes, wrote = [], [], False
         for op in ops:
@@ -298,7 +224,7 @@ class StepWalker:
             what = what.format(w=width)
             self.note(info.loc.path, f"{what}: the width of '{info.name}', written here{by}")
             return
-        expr = _shape_expr(self.src.data, info.name, idx)
+        expr = shape_expr(self.src.data, info.name, idx)
         shown = f" ({expr})" if isinstance(expr, str) else ""
         hint = f"make it even, e.g. {width + 1}"
         if isinstance(expr, str) and expr.isidentifier():
@@ -372,7 +298,7 @@ class StepWalker:
             self.err(
                 path,
                 f"'{raw}' is a chain tensor, not an epilogue value",
-                _load_hint(scope[raw], self.rows),
+                load_hint(scope[raw], self.rows),
             )
         else:
             hint = did_you_mean(raw, list(env)) or ("values so far: " + ", ".join(env))
@@ -408,7 +334,7 @@ class StepWalker:
                 ok &= tensors[key] is not None
                 reads.append(raw)
         results = None
-        poisoned = any(v.kind == "unknown" for v in _flat(ins.values()))
+        poisoned = any(v.kind == "unknown" for v in flat(ins.values()))
         if poisoned:  # an earlier error already explains this item; stay quiet
             results = (VType("unknown"),) * max(len(op.results), 1)
         elif ok:

@@ -1,7 +1,9 @@
 """``coda build``: spec -> content-addressed build directory with a loadable sm_90a library.
 
-Stages (Triton-style, each a function from one typed value to the next; ``--stop-after`` cuts
-the chain, and every intermediate is kept in the build directory)::
+Stages (Triton-style, each a function from one typed value to the next): the one stage table,
+``coda_spec.stages.STAGES``, names them, says what each produces and which files it keeps;
+``--stop-after`` cuts the chain there and every intermediate so far stays in the build
+directory::
 
     load -> validate -> normalize -> analyze      (coda_spec.frontend; no torch, no quack)
     lower     kernel.py + lowered.json            (coda_spec.lower; text only)
@@ -9,7 +11,7 @@ the chain, and every intermediate is kept in the build directory)::
     compile   one .o per kernel + .compiled.json  (worker processes: coda_spec.lower.quack_adapter)
               kernels/<step>.cubin                (Triton, sm_90a, in this process)
     link      <name>.so                           (gcc, against libcute_dsl_runtime + libtvm_ffi)
-    manifest  manifest.json                       (coda_spec.artifact; marks the build complete)
+    manifest  manifest.json                       (coda_spec.manifest; marks the build complete)
 
 Layout: ``build/<name>-<hash>/`` where the hash covers the spec's content, the config and the
 tool versions; ``build/<name>-latest`` is a symlink to the newest complete build of that spec.
@@ -32,12 +34,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from coda_spec import artifact
+from coda_spec import artifact, stages
 from coda_spec.config import BuildConfig, config_text
 from coda_spec.errors import Diagnostic, SpecError, ToolError
 from coda_spec.lower import triton_aot
+from coda_spec.manifest import compiler_lib_dirs, finalize_data, lowered_exprs, make_manifest
 
-STAGES = ("load", "validate", "normalize", "analyze", "lower", "compile", "link", "manifest")
 MAX_WORKERS = 2  # each compile worker peaks at ~750 MB
 # What the compile workers import: module -> the distribution of the [build] extra providing it.
 BUILD_MODULES = (("quack", "quack-kernels"), ("cutlass", "nvidia-cutlass-dsl"))
@@ -48,7 +50,7 @@ AOT_MODULES = (("triton", "triton"),)  # what compiles host steps and finalizes
 class BuildOptions:
     out: Path = Path("build")
     config: BuildConfig = BuildConfig()
-    stop_after: str = "manifest"
+    stop_after: str = stages.NAMES[-1]  # a stage of coda_spec.stages; the last = complete
     jobs: int = MAX_WORKERS
     force: bool = False
     configs: tuple = ()  # candidate configs (first = fallback); () = just ``config``
@@ -70,8 +72,10 @@ class BuildResult:
 def build_hash(checked, config, lowered, aot=()) -> str:
     """Content address: the spec, the generated source (a change in coda's lowering is a new
     build; ``aot``: the Triton kernels of host steps and finalizes), the config (or the
-    candidate list), the tool versions and the artifact format."""
-    from coda_spec.lower.module import tool_versions
+    candidate list), the tool versions, the artifact format and the ``cache_key()`` of every
+    primitive the spec uses (bumping a primitive's ``version`` rebuilds the specs using it)."""
+    from coda_spec.primitives import cache_keys
+    from coda_spec.versions import tool_versions
 
     configs = config if isinstance(config, tuple) else (config,)
     key = configs[0].key() if len(configs) == 1 else [c.key() for c in configs]
@@ -83,6 +87,7 @@ def build_hash(checked, config, lowered, aot=()) -> str:
             "kernels": [k.source for k in aot],
             "tools": tool_versions(),
             "format": artifact.FORMAT_VERSION,
+            "primitives": cache_keys(checked.spec),
         },
         sort_keys=True,
     )
@@ -100,9 +105,13 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     from coda_spec.frontend import run_stages
 
     start = time.perf_counter()
-    checked = run_stages(path, min(opts.stop_after, "analyze", key=STAGES.index))
-    if STAGES.index(opts.stop_after) <= STAGES.index("analyze"):
-        print(f"{path}: stopped after {opts.stop_after} (nothing written)")
+    checked = run_stages(path, opts.stop_after)
+    if not stages.reaches(opts.stop_after, "lower"):
+        done = stages.stage(opts.stop_after)
+        print(
+            f"{path}: stopped after {done.name} ({done.produces}; nothing written: the build "
+            "directory is made at lower)"
+        )
         return BuildResult(Path(path).stem, Path(), False, False, time.perf_counter() - start)
     name = checked.spec.name
     problems = [p for c in opts.candidates for p in c.problems()]
@@ -120,7 +129,7 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
         elapsed = time.perf_counter() - start
         print(f"{path}: cache hit: {final} ({elapsed:.2f}s)")
         return BuildResult(name, final, True, True, elapsed)
-    if STAGES.index(opts.stop_after) >= STAGES.index("compile"):
+    if stages.reaches(opts.stop_after, "compile"):
         # before any "compiling" line: fail with how to install
         require_build_extra(BUILD_MODULES * bool(lowered.kernels) + AOT_MODULES * bool(aot))
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -145,7 +154,8 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     if complete:
         _point_latest(opts.out, name, final)
     elapsed = time.perf_counter() - start
-    what = "built" if complete else f"stopped after {opts.stop_after}"
+    done = stages.stage(opts.stop_after)
+    what = "built" if complete else f"stopped after {done.name} ({done.produces})"
     print(f"{path}: {what}: {final} ({elapsed:.1f}s)")
     return BuildResult(name, final, False, complete, elapsed)
 
@@ -181,29 +191,31 @@ def _run_stages(path, checked, lowering, variants, tmp: Path, opts, log) -> bool
     lowered, meta, aot = lowering
     (tmp / "spec.yaml").write_text(checked.source.text)
     (tmp / "spec.normalized.json").write_text(json.dumps(to_data(checked.spec), indent=1) + "\n")
-    (tmp / "kernel.py").write_text(lowered.source)
-    (tmp / "lowered.json").write_text(json.dumps(meta, indent=1) + "\n")
+    if lowered.kernels:  # host steps only: no GEMM kernel, no kernel.py, nothing to compile
+        (tmp / "kernel.py").write_text(lowered.source)
+    (tmp / "lowered.json").write_text(json.dumps(lowered_exprs(meta), indent=1) + "\n")
     for k in aot:
         (tmp / triton_aot.KERNEL_DIR).mkdir(exist_ok=True)
         (tmp / triton_aot.KERNEL_DIR / f"{k.step}.py").write_text(k.source)
     n = sum(len(v) for v in variants.values())
-    _say(f"{path}: lowered {len(lowered.kernels)} kernel(s), {n} variant(s) -> kernel.py", log)
+    if lowered.kernels:
+        _say(f"{path}: lowered {len(lowered.kernels)} kernel(s), {n} variant(s) -> kernel.py", log)
     if aot:
         names = ", ".join(k.step for k in aot)
         _say(f"{path}: lowered {len(aot)} Triton kernel(s) -> kernels/ ({names})", log)
-    if opts.stop_after == "lower":
+    if not stages.reaches(opts.stop_after, "compile"):
         return False
     symbols = [v.symbol for vs in variants.values() for v in vs]
     records = compile_kernels(path, checked, tmp, symbols, opts, log)
     records = _drop_spilling(path, tmp, records, variants, log)
     _note_starved(path, records, log)
     launches = compile_aot(path, aot, tmp, log)
-    if opts.stop_after == "compile":
+    if not stages.reaches(opts.stop_after, "link"):
         return False
     so = link(tmp, checked.spec.name, [r["symbol"] for r in records], log) if records else None
-    if opts.stop_after == "link":
+    if not stages.reaches(opts.stop_after, "manifest"):
         return False
-    manifest = artifact.make_manifest(checked, meta, records, so, launches)
+    manifest = make_manifest(checked, meta, records, so, launches)
     artifact.write_manifest(tmp, manifest)
     return True
 
@@ -226,7 +238,7 @@ def aot_kernels(checked, meta: dict) -> list:
     for s in spec.all_steps():
         if s.kind != "finalize" or s.name in folded:
             continue
-        data = artifact.finalize_data(s, checked.analysis)
+        data = finalize_data(s, checked.analysis)
         f = fields.get(s.of)
         if f is None:  # a host step's partial: complete per row
             role, fold, shape = "exact", None, meta["tensors"][s.of]["shape"]
@@ -331,6 +343,7 @@ def _kernel_data(k) -> dict:
     d.pop("body")
     d.pop("decorator")
     d.pop("globals")
+    d.pop("imports")
     return d
 
 
@@ -416,7 +429,7 @@ def _kernels(checked):
 
 
 def link(tmp: Path, name: str, symbols, log) -> str:
-    libdirs = artifact.compiler_lib_dirs()
+    libdirs = compiler_lib_dirs()
     so = f"{name}.so"
     cmd = ["gcc", "-shared", "-o", str(tmp / so), *[str(tmp / f"{s}.o") for s in symbols]]
     for d, lib in libdirs:

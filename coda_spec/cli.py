@@ -3,11 +3,12 @@
 Commands: ``check`` (validate specs, located errors; ``--math`` adds the fp64 algebra proof of
 ``coda_spec.mathcheck``), ``build`` (``coda_spec.build``), ``verify`` (``coda_spec.verify``),
 ``bench`` (``coda_spec.bench``), ``tune`` (``coda_spec.tune``), ``schema`` (print the JSON
-Schema), ``primitives`` (list the registry). Exit codes (stable, in ``coda_spec.errors``): 0 ok,
-1 tool failure, 2 invalid spec, 3 wrong math or numerics, 4 no GPU (verify, bench, tune). No
-Python traceback reaches a user: unexpected failures print one line and exit 1 (set
-``CODA_DEBUG=1`` to see the traceback). ``check`` without ``--math`` imports neither torch nor
-quack; every command imports what it needs inside its own body.
+Schema), ``primitives`` (list the registry). Every exit status is a row of the one exit-code
+table, ``coda_spec.errors.EXIT_CODES`` (the group's help quotes it); ``--stop-after``'s choices
+and help are the one stage table, ``coda_spec.stages.STAGES``. No Python traceback reaches a
+user: unexpected failures print one line and exit ``EXIT_TOOL_FAILURE`` (set ``CODA_DEBUG=1``
+to see the traceback), a Ctrl-C exits ``EXIT_INTERRUPTED``. ``check`` without ``--math`` imports
+neither torch nor quack; every command imports what it needs inside its own body.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import click
 
+from coda_spec import stages
 from coda_spec.errors import (
+    EXIT_INTERRUPTED,
     EXIT_INVALID_SPEC,
     EXIT_MISMATCH,
     EXIT_NO_GPU,
@@ -29,6 +32,7 @@ from coda_spec.errors import (
     Diagnostic,
     SpecError,
     ToolError,
+    exit_summary,
     render_text,
 )
 from coda_spec.tune import DEFAULT_MARGIN as TUNE_MARGIN
@@ -64,10 +68,7 @@ def _summary(checked) -> str:
     return ", ".join(parts)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="coda-spec", prog_name="coda")
-def main():
-    """coda: declarative GEMM-epilogue fusion specs for Hopper (sm_90a).
+MAIN_HELP = f"""coda: declarative GEMM-epilogue fusion specs for Hopper (sm_90a).
 
     \b
     Typical flow:
@@ -75,8 +76,14 @@ def main():
       coda build specs/x.yaml       # CPU: compile to build/x-<hash>/ (needs the [build] extra)
       coda verify build/x-latest    # GPU: every output against the spec's reference math
 
-    Exit codes: 0 ok, 1 tool failure, 2 invalid spec, 3 wrong math or numerics, 4 no GPU.
+    Exit codes: {exit_summary()}.
     """
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, help=MAIN_HELP)
+@click.version_option(package_name="coda-spec", prog_name="coda")
+def main():
+    pass
 
 
 @main.command(short_help="Validate specs; with --math, prove their math on CPU.")
@@ -211,12 +218,10 @@ def _raw_lines(path) -> list[str] | None:
 )
 @click.option(
     "--stop-after",
-    type=click.Choice(
-        ["load", "validate", "normalize", "analyze", "lower", "compile", "link", "manifest"]
-    ),
-    default="manifest",
+    type=click.Choice(stages.NAMES),
+    default=stages.NAMES[-1],
     show_default=True,
-    help="Stop after this stage; intermediates are kept.",
+    help=stages.help_text(),
 )
 @click.option("--prune", is_flag=True, help="Remove stale builds of the same specs afterwards.")
 @click.option(
@@ -312,7 +317,9 @@ def verify(
 
     _need_torch("coda verify", "on a GPU machine, the CUDA build you already use")
     from coda_spec import verify as V
+    from coda_spec import verify_report as R
     from coda_spec.runtime import CodaRuntimeError
+    from coda_spec.verify_sanitize import sanitize as run_sanitizer
 
     if seed is None:
         seed = int.from_bytes(_os.urandom(4), "little")
@@ -353,19 +360,19 @@ def verify(
             status = _worse(status, EXIT_TOOL_FAILURE)
             continue
         if sanitize:
-            san = V.sanitize(directory, seed)
-            rep = V.with_replaced(rep, extra={**rep.extra, "sanitizer": san})
+            san = run_sanitizer(directory, seed)
+            rep = R.with_replaced(rep, extra={**rep.extra, "sanitizer": san})
             if san["result"] == "unclean":
                 status = _worse(status, EXIT_MISMATCH)
         reports.append(rep)
         if fmt == "text":
-            click.echo(V.render_table(rep))
+            click.echo(R.render_table(rep))
     if fmt == "json":
         import dataclasses
 
         click.echo(json.dumps([dataclasses.asdict(r) for r in reports], indent=1, default=str))
     if junit_path:
-        Path(junit_path).write_text(V.junit(reports))
+        Path(junit_path).write_text(R.junit(reports))
     if reports and reports[0].skipped and fmt == "text":
         click.echo(
             "NOTE: no CUDA GPU here: kernel numerics were not run"
@@ -599,7 +606,7 @@ def run():
         raise
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as e:  # noqa: BLE001 - the last line of defence
         if os.environ.get("CODA_DEBUG"):
             raise

@@ -8,6 +8,30 @@ head_dim | N) are checked before anything compiles. A dynamic dim may only appea
 
 A folded dim is an ``int`` or the name of a dynamic dim (``"M"``); two shapes agree when their
 folded dims are equal. :func:`evaluate` re-folds with concrete sizes (verify's ``--dims``).
+
+Symbolic values (why :class:`Sym`)
+----------------------------------
+The build writes every shape into ``manifest.json`` (and ``lowered.json``) as an expression over
+the spec's dims (``"D"``, ``"2*F"``, ``"D/2"``, ``"cdiv(D,256)"``), so that the runtime, verify
+and bench can evaluate a build's shapes at other dims without re-running the lowering. The front
+end and the lowering compute with folded ints (tile rules, even widths, constants baked into the
+generated code); a :class:`Sym` is such an int that also carries the expression it was folded
+from. :func:`fold` returns ``Sym(4096, "D")`` for a static dim; ``+ - * / //`` between Syms and
+ints give Syms with the combined text, and :func:`cdiv` (the one tile-count helper) gives
+``Sym(16, "cdiv(D,256)")``. Everything else about a Sym is the plain int's: ``str``, ``repr``,
+``format``, JSON, ``hash`` and ``==`` (so generated code, messages and goldens that print a
+value do not change, and a Sym is equal to, and deduplicates with, an int or Sym of the same
+value: where the spec makes two dims equal, either text is right). Only the manifest writer
+asks for the text (:func:`expr_of`, :func:`exprs`); an ``int(x)`` drops it on purpose.
+
+Division: dims divide exactly (the front end checks it). ``a / b`` and ``a // b`` of a Sym are
+Syms (text ``a/b``) when exact; an inexact ``//`` is a plain int (no dim expression has that
+value) and an inexact ``/`` a float, as for ints. A negative operand gives a plain int too (the
+dim grammar has no unary minus); so does any other operation (``%``, ``-x``, ``max``...).
+
+One evaluator: :func:`evaluator` compiles an expression once -- ints, dim names, ``+ - * /``,
+``cdiv(a,b)`` -- into a function of concrete sizes; the runtime's shape functions
+(``coda_spec.artifact.shape_fn``) and the compile worker use it.
 """
 
 from __future__ import annotations
@@ -15,6 +39,151 @@ from __future__ import annotations
 import ast
 
 Folded = int | str
+
+_ATOM, _MUL, _ADD = 3, 2, 1  # precedence of an expression's outermost operator
+_PREC = {"+": _ADD, "-": _ADD, "*": _MUL, "/": _MUL}
+
+
+class Sym(int):
+    """An int folded from a dim expression, carrying that expression's text (``expr``).
+
+    ``prec`` is the precedence of the text's outermost operator (an atom: a name, a literal, a
+    call), so combined texts get parentheses only where they need them. Immutable like an int;
+    copies and pickles keep the text."""
+
+    def __new__(cls, value: int, expr: str, prec: int = _ATOM):
+        self = super().__new__(cls, value)
+        self.expr, self.prec = expr, prec
+        return self
+
+    def __reduce__(self):
+        return (Sym, (int(self), self.expr, self.prec))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def _combine(self, other, op: str, swap: bool):
+        """``self op other`` (``other op self`` when ``swap``) as a Sym, or None (plain)."""
+        if isinstance(other, bool) or not isinstance(other, int):
+            return None
+        a, b = (other, self) if swap else (self, other)
+        va, vb = int(a), int(b)
+        if op == "+":
+            value = va + vb
+        elif op == "-":
+            value = va - vb
+        elif op == "*":
+            value = va * vb
+        else:  # "/": exact quotients only
+            if vb <= 0 or va % vb:
+                return None
+            value = va // vb
+        if min(va, vb) < 0:
+            return None  # the dim grammar has no unary minus
+        (ta, pa), (tb, pb) = _text(a), _text(b)
+        prec = _PREC[op]
+        if pa < prec:
+            ta = f"({ta})"
+        if pb < prec or (pb == prec and (op in "-/" or (op == "*" and "/" in tb))):
+            tb = f"({tb})"  # a-(b+c), a/(b*c), a*(b/c): the quotient stays the exact one
+        return Sym(value, f"{ta}{op}{tb}", prec)
+
+    def __add__(self, other):
+        out = self._combine(other, "+", False)
+        return int.__add__(self, other) if out is None else out
+
+    def __radd__(self, other):
+        out = self._combine(other, "+", True)
+        return int.__radd__(self, other) if out is None else out
+
+    def __sub__(self, other):
+        out = self._combine(other, "-", False)
+        return int.__sub__(self, other) if out is None else out
+
+    def __rsub__(self, other):
+        out = self._combine(other, "-", True)
+        return int.__rsub__(self, other) if out is None else out
+
+    def __mul__(self, other):
+        out = self._combine(other, "*", False)
+        return int.__mul__(self, other) if out is None else out
+
+    def __rmul__(self, other):
+        out = self._combine(other, "*", True)
+        return int.__rmul__(self, other) if out is None else out
+
+    def __floordiv__(self, other):
+        out = self._combine(other, "/", False)
+        return int.__floordiv__(self, other) if out is None else out
+
+    def __rfloordiv__(self, other):
+        out = self._combine(other, "/", True)
+        return int.__rfloordiv__(self, other) if out is None else out
+
+    def __truediv__(self, other):
+        out = self._combine(other, "/", False)
+        return int.__truediv__(self, other) if out is None else out
+
+    def __rtruediv__(self, other):
+        out = self._combine(other, "/", True)
+        return int.__rtruediv__(self, other) if out is None else out
+
+
+def _text(x) -> tuple[str, int]:
+    """(text, precedence) of a Sym, or of a plain (non-negative) int: its literal."""
+    if isinstance(x, Sym):
+        return x.expr, x.prec
+    return str(int(x)), _ATOM
+
+
+def expr_of(x):
+    """A shape entry as the manifest writes it: a Sym's expression text, a plain int as the int
+    (a true literal), a dynamic dim's name as is."""
+    if isinstance(x, Sym):
+        return x.expr
+    if isinstance(x, int) and not isinstance(x, bool):
+        return int(x)
+    return x
+
+
+def exprs(data, at=None):
+    """``data`` (dicts, lists, tuples as lists) as a manifest or ``lowered.json`` holds it: a new
+    structure, ``data`` unchanged. ``at``: the paths of the shape entries, each a tuple of keys
+    (``"*"`` any key or index, a tuple of keys any of them), e.g. ``("tensors", "*", "shape")``;
+    a Sym under one of them is written as its expression text, any other Sym as its plain int (a
+    constant baked into a kernel, like a host kernel's lane count, is not a shape). ``at`` None:
+    every Sym is written as its text."""
+    if at is None:
+        at = ((),)
+    if any(not p for p in at):
+        return _texts(data)
+    if isinstance(data, dict):
+        return {k: exprs(v, _below(at, k)) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [exprs(v, _below(at, i)) for i, v in enumerate(data)]
+    return int(data) if isinstance(data, Sym) else data
+
+
+def _below(paths, key) -> tuple:
+    """The rest of each path whose first key matches ``key``."""
+    return tuple(
+        p[1:]
+        for p in paths
+        if p[0] == "*" or p[0] == key or (isinstance(p[0], tuple) and key in p[0])
+    )
+
+
+def _texts(data):
+    if isinstance(data, Sym):
+        return data.expr
+    if isinstance(data, dict):
+        return {k: _texts(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_texts(v) for v in data]
+    return data
 
 
 class DimError(ValueError):
@@ -60,14 +229,22 @@ def fold(expr: int | str, sizes: dict[str, int | None]) -> Folded:
                 f"unknown dim '{node.id}'",
                 did_you_mean(node.id, sizes) or "declare it under 'dims:'",
             )
-        return node.id if sizes[node.id] is None else sizes[node.id]
+        return node.id if sizes[node.id] is None else Sym(int(sizes[node.id]), node.id)
     value = _eval(node, sizes, str(expr))
     if value <= 0:
         raise DimError(f"dim expression {expr!r} is {value}; dims must be positive")
-    return value
+    if isinstance(node, ast.Constant):
+        return value  # a literal written as text ("128")
+    prec = _ATOM if isinstance(node, ast.Call) else _PREC.get(_OPS.get(type(node.op)), _MUL)
+    return Sym(value, "".join(str(expr).split()), prec)
 
 
-def _eval(node: ast.expr, sizes: dict[str, int | None], text: str) -> int:
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "/"}
+
+
+def _eval(node: ast.expr, sizes: dict[str, int | None], text: str, calls: bool = False) -> int:
+    """The int value of ``node``; ``calls``: ``cdiv(a,b)`` is allowed (manifest expressions,
+    never a spec's dims)."""
     from coda_spec.errors import did_you_mean
 
     if (
@@ -88,7 +265,7 @@ def _eval(node: ast.expr, sizes: dict[str, int | None], text: str) -> int:
     if isinstance(node, ast.BinOp) and isinstance(
         node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv)
     ):
-        a, b = _eval(node.left, sizes, text), _eval(node.right, sizes, text)
+        a, b = _eval(node.left, sizes, text, calls), _eval(node.right, sizes, text, calls)
         if isinstance(node.op, ast.Add):
             return a + b
         if isinstance(node.op, ast.Sub):
@@ -101,6 +278,18 @@ def _eval(node: ast.expr, sizes: dict[str, int | None], text: str) -> int:
                 f"{text!r} is not an exact integer ({a} / {b}{exact})", _round_hint(a, b, sizes)
             )
         return a // b
+    if (
+        calls
+        and isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "cdiv"
+        and len(node.args) == 2
+        and not node.keywords
+    ):
+        a, b = (_eval(x, sizes, text, calls) for x in node.args)
+        if b <= 0:
+            raise DimError(f"{text!r}: cdiv by {b}")
+        return -(-a // b)
     raise DimError(f"unsupported dim expression {text!r}", "use names, integers and + - * /")
 
 
@@ -130,9 +319,15 @@ def evaluate(expr: int | str, sizes: dict[str, int]) -> int:
 
 
 def evaluator(expr: int | str):
-    """``expr`` parsed once: a function of concrete ``sizes`` giving its int value (the runtime
-    evaluates launch arguments per call; a name or an int costs a dict lookup at most)."""
+    """``expr`` (a manifest shape entry: an int, a dim name, ``+ - * /`` of them, ``cdiv(a,b)``)
+    parsed once: a function of concrete ``sizes`` giving its int value. The one evaluator of
+    manifest expressions: the runtime (per call: a name or an int costs a dict lookup at most),
+    ``coda_spec.artifact.shape_fn`` and the compile worker use it. A Sym is its int (its
+    value was folded at the sizes it was made with)."""
+    if isinstance(expr, bool):
+        raise DimError(f"dim {expr!r} is not an integer")
     if isinstance(expr, int):
+        expr = int(expr)
         return lambda sizes: expr
     node = _parse(str(expr))
     if isinstance(node, ast.Name):
@@ -142,13 +337,19 @@ def evaluator(expr: int | str):
         value = node.value
         return lambda sizes: value
     text = str(expr)
-    return lambda sizes: _eval(node, sizes, text)
+    return lambda sizes: _eval(node, sizes, text, calls=True)
 
 
 def cdiv(extent: Folded, block: int) -> Folded:
-    """Tiles of ``block`` covering ``extent``: an int for a static extent, the expression
-    ``cdiv(<extent>,<block>)`` for a dynamic one (partial-buffer shapes)."""
-    return -(-extent // block) if isinstance(extent, int) else f"cdiv({extent},{block})"
+    """Tiles of ``block`` covering ``extent`` (the one tile-count helper): an int for a literal
+    extent, ``Sym(n, "cdiv(D,256)")`` for a static one, the text ``cdiv(M,256)`` for a dynamic
+    one (partial-buffer shapes)."""
+    if isinstance(extent, str):
+        return f"cdiv({extent},{expr_of(block)})"
+    value = -(-int(extent) // int(block))
+    if isinstance(extent, Sym) or isinstance(block, Sym):
+        return Sym(value, f"cdiv({expr_of(extent)},{expr_of(block)})")
+    return value
 
 
 def show(folded: tuple[Folded, ...]) -> str:

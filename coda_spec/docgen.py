@@ -1,7 +1,8 @@
 """Generate the primitive reference of docs/spec-language.md from the registry.
 
 ``python -m coda_spec.docgen`` rewrites the section between the GENERATED markers; a test fails
-when the checked-in page is stale, so the docs can never drift from the primitives.
+when the checked-in page is stale, so the docs can never drift from the primitives;
+``--check`` only compares, and exits ``EXIT_TOOL_FAILURE`` when the page is stale.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from coda_spec.errors import EXIT_OK, EXIT_TOOL_FAILURE
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import FAMILIES
 
@@ -30,6 +32,31 @@ def _body(name: str) -> str:
     mod = importlib.import_module(f"coda_spec.primitives.{name}")
     doc = (mod.__doc__ or "").strip().split("\n", 1)
     return doc[1].strip() if len(doc) > 1 else ""
+
+
+def _describe(schema: dict) -> str:
+    """A parameter's schema fragment in a few words (``a number > 0``, ``one of bf16, fp16``)."""
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    if "anyOf" in schema:
+        return " or ".join(_describe(o) for o in schema["anyOf"])
+    kind = {"number": "a number", "integer": "an integer", "string": "a name"}.get(
+        schema.get("type"), str(schema.get("type", "a value"))
+    )
+    bounds = (("exclusiveMinimum", ">"), ("minimum", ">="), ("maximum", "<="))
+    return kind + "".join(f" {op} {schema[k]}" for k, op in bounds if k in schema)
+
+
+def _parameters(p) -> str:
+    """``Parameters: ...`` for the keys an item holds besides its ports, ``as`` and ``doc``."""
+    props, required = p.schema["properties"], set(p.schema.get("required", ()))
+    skip = {p.name, "as", "doc", *p.operands, *p.tensors}
+    shown = [
+        f"`{k}` ({_describe(v)}{', required' if k in required else ', optional'})"
+        for k, v in props.items()
+        if k not in skip
+    ]
+    return "Parameters: " + "; ".join(shown) + "." if shown else ""
 
 
 def render() -> str:
@@ -54,6 +81,9 @@ def render() -> str:
             if body:
                 out += [body, ""]
             out += [f"Reads values: {ports}. Reads chain tensors: {tensors}.", ""]
+            params = _parameters(p)
+            if params:
+                out += [params, ""]
     out.append(END)
     return "\n".join(out)
 
@@ -67,5 +97,5 @@ def updated(text: str) -> str:
 if __name__ == "__main__":
     new = updated(DOC.read_text())
     if "--check" in sys.argv:
-        sys.exit(0 if new == DOC.read_text() else 1)
+        sys.exit(EXIT_OK if new == DOC.read_text() else EXIT_TOOL_FAILURE)
     DOC.write_text(new)

@@ -1,13 +1,72 @@
-"""The one dtype table: spec dtype names -> torch dtypes and element sizes."""
+"""The one dtype table: every spec dtype name, its element size and its torch dtype's name.
+
+Contract
+--------
+``DTYPES`` holds the torch-free facts; the checker (the 16-byte TMA row rule), the compile worker
+(fake operands), the reference, the runtime and the roofline model read them here and nowhere
+else. Torch dtypes are given lazily: ``torch_dtype(name)`` imports torch on its first call, and
+``TORCH_DTYPES`` (name -> torch dtype, the name the runtime and the reference import) is built
+when it is first looked up, through the module's ``__getattr__``. So importing this module never
+imports torch: ``coda check`` stays torch-free (tests/test_robustness.py's
+``test_check_imports_no_gpu_stack``), and ``from coda_spec.dtypes import TORCH_DTYPES`` works as
+it always did in modules that need torch anyway.
+
+Which dtypes a tensor may declare (and which are refused: fp8 is planned) is the schema's and the
+checker's business; the primitives' ``DTYPES``/``INDEX_DTYPES``/``FP8_DTYPES`` are the same
+names grouped by ``kind``.
+"""
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from types import MappingProxyType
 
-TORCH_DTYPES = {
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp32": torch.float32,
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
+
+@dataclass(frozen=True)
+class DType:
+    name: str  # as a spec writes it
+    bytes: int  # element size
+    torch_name: str  # the attribute of the ``torch`` module
+    kind: str  # float | index | fp8
+
+
+DTYPES = (
+    DType("bf16", 2, "bfloat16", "float"),
+    DType("fp16", 2, "float16", "float"),
+    DType("fp32", 4, "float32", "float"),
+    DType("int32", 4, "int32", "index"),
+    DType("int64", 8, "int64", "index"),
+    DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8"),
+    DType("fp8_e5m2", 1, "float8_e5m2", "fp8"),
+)
+
+
+def dtype(name: str) -> DType:
+    """The table row of a spec dtype; KeyError naming the known ones otherwise."""
+    for d in DTYPES:
+        if d.name == name:
+            return d
+    raise KeyError(f"unknown dtype {name!r}; known: {', '.join(d.name for d in DTYPES)}")
+
+
+def names(kind: str) -> tuple:
+    """The dtype names of one kind, in table order: ``names("float")`` -> bf16, fp16, fp32."""
+    return tuple(d.name for d in DTYPES if d.kind == kind)
+
+
+def element_bytes(name: str) -> int:
+    return dtype(name).bytes
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a spec dtype (imports torch)."""
+    import torch
+
+    return getattr(torch, dtype(name).torch_name)
+
+
+def __getattr__(attr: str):
+    # PEP 562: ``TORCH_DTYPES`` is made on lookup, so importing this module imports no torch.
+    if attr == "TORCH_DTYPES":
+        return MappingProxyType({d.name: torch_dtype(d.name) for d in DTYPES})
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -16,7 +16,14 @@ note follows the error it explains and points at a second place, the way compile
 declaration (``specs/x.yaml:7:18: note: tensors.w.shape[0]: ...``). Only errors make a spec
 invalid. Nothing here imports torch, yaml or jsonschema.
 
-Exit codes are stable and live here so every command agrees on them.
+Exit codes
+----------
+Every exit status any coda process returns -- the ``coda`` commands, ``python -m
+coda_spec.docgen --check``, the compile worker ``python -m coda_spec.lower.quack_adapter`` -- is
+one row of :data:`EXIT_CODES`, named by an ``EXIT_*`` constant; nothing else spells a number.
+The table is the one home of each status's meaning: the ``coda`` help texts quote it and
+tests/test_exit_codes.py checks docs/ci.md's table row by row against it. The codes are stable
+(CI scripts branch on them); a new one is a new row here, in docs/ci.md and in the CHANGELOG.
 """
 
 from __future__ import annotations
@@ -24,11 +31,62 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass
 
+
+@dataclass(frozen=True)
+class ExitCode:
+    """One process exit status: its number, its constant's name, a few words (help texts) and
+    what it means (docs/ci.md's table holds the same words)."""
+
+    code: int
+    name: str
+    short: str
+    means: str
+
+
 EXIT_OK = 0
-EXIT_TOOL_FAILURE = 1  # coda or something it drives failed (unreadable file, missing package)
-EXIT_INVALID_SPEC = 2  # located spec errors
-EXIT_MISMATCH = 3  # math or numerics disagree: check --math, verify
-EXIT_NO_GPU = 4  # verify: no CUDA GPU, so the kernel numerics were not run
+EXIT_TOOL_FAILURE = 1
+EXIT_INVALID_SPEC = 2
+EXIT_MISMATCH = 3
+EXIT_NO_GPU = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: the shell's convention for a Ctrl-C
+
+EXIT_CODES = (
+    ExitCode(EXIT_OK, "EXIT_OK", "ok", "everything checked passed"),
+    ExitCode(
+        EXIT_TOOL_FAILURE,
+        "EXIT_TOOL_FAILURE",
+        "tool failure",
+        "coda or something it drives failed: an unreadable file, a missing package, a compiler "
+        "crash, a stale generated doc (docgen --check); the spec may be fine",
+    ),
+    ExitCode(
+        EXIT_INVALID_SPEC,
+        "EXIT_INVALID_SPEC",
+        "invalid spec",
+        "located spec errors, a config a primitive cannot support, or bad arguments",
+    ),
+    ExitCode(
+        EXIT_MISMATCH,
+        "EXIT_MISMATCH",
+        "wrong math or numerics",
+        "check --math: the math differs from equivalent_to or autograd; verify: a kernel output "
+        "is out of bound or unwritten",
+    ),
+    ExitCode(
+        EXIT_NO_GPU,
+        "EXIT_NO_GPU",
+        "no GPU",
+        "verify, bench or tune found no CUDA GPU: nothing ran on one",
+    ),
+    ExitCode(
+        EXIT_INTERRUPTED, "EXIT_INTERRUPTED", "interrupted", "stopped by Ctrl-C (128 + SIGINT)"
+    ),
+)
+
+
+def exit_summary() -> str:
+    """``0 ok, 1 tool failure, ...``: the table in one line, for help texts."""
+    return ", ".join(f"{e.code} {e.short}" for e in EXIT_CODES)
 
 
 @dataclass(frozen=True)

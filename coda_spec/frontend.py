@@ -1,19 +1,34 @@
 """The check pipeline as named stages: load -> validate -> normalize -> analyze.
 
-Each stage is a plain function from one typed value to the next (``Source`` -> ``Source`` ->
-``Spec`` -> ``Analysis``), in the style of Triton's ``make_ttir``/``make_ptx``; ``check_file``
-chains them and ``--stop-after`` (build) cuts the chain by name. Nothing here imports torch.
+Each stage is a plain function from one typed value to the next, in the style of Triton's
+``make_ttir``/``make_ptx``::
+
+    path --load--> Source --validate--> Source --normalize--> Normalized --analyze--> Checked
+
+``CHECK_STAGES`` maps the first rows of the one stage table (``coda_spec.stages``) to these
+functions; ``run_stages`` walks that table in order and stops after the stage asked for
+(``coda build --stop-after``), so a later stage's errors are not reported. ``check_file`` is all
+of them. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from coda_spec import stages
 from coda_spec.analyze import Analysis, analyze
 from coda_spec.ir import Dim, Spec
 from coda_spec.normalize import normalize
 from coda_spec.source import Source, load_source
 from coda_spec.validate import validate_source
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """What ``normalize`` produces: the frozen IR, with the source its locations point into."""
+
+    source: Source
+    spec: Spec
 
 
 @dataclass(frozen=True)
@@ -23,31 +38,52 @@ class Checked:
     analysis: Analysis
 
 
-def run_stages(path, stop_after: str = "analyze"):
-    """Run the check stages on one file up to ``stop_after`` (inclusive) and return that
-    stage's value: the loaded ``Source`` (load, validate), the ``Spec`` (normalize) or the
-    ``Checked`` spec (analyze). Later stages do not run, so their errors are not reported."""
-    src = load_source(path)
-    if stop_after == "load":
-        return src
+def load_stage(path) -> Source:
+    return load_source(path)
+
+
+def validate_stage(src: Source) -> Source:
     validate_source(src)
-    if stop_after == "validate":
-        return src
-    spec = normalize(src)
-    if stop_after == "normalize":
-        return spec
-    return Checked(src, spec, analyze(src, spec))
+    return src
+
+
+def normalize_stage(src: Source) -> Normalized:
+    return Normalized(src, normalize(src))
+
+
+def analyze_stage(n: Normalized) -> Checked:
+    return Checked(n.source, n.spec, analyze(n.source, n.spec))
+
+
+CHECK_STAGES = (
+    ("load", load_stage),
+    ("validate", validate_stage),
+    ("normalize", normalize_stage),
+    ("analyze", analyze_stage),
+)
+
+
+def run_stages(path, stop_after: str = stages.LAST_CHECK):
+    """Run the check stages on one file up to ``stop_after`` (inclusive) and return that
+    stage's value: ``Source`` (load, validate), ``Normalized`` (normalize) or ``Checked``
+    (analyze); a build stage past analyze runs them all. Raises SpecError / ToolError."""
+    stages.stage(stop_after)  # a ValueError naming the stages for an unknown name
+    value = path
+    for name, run in CHECK_STAGES:
+        value = run(value)
+        if name == stop_after:
+            break
+    return value
 
 
 def check_source(src: Source) -> Checked:
-    validate_source(src)
-    spec = normalize(src)
-    return Checked(src, spec, analyze(src, spec))
+    """Every check stage after ``load`` on an already-loaded source."""
+    return analyze_stage(normalize_stage(validate_stage(src)))
 
 
 def check_file(path) -> Checked:
     """Run every check stage on one file. Raises SpecError / ToolError."""
-    return check_source(load_source(path))
+    return run_stages(path, stages.LAST_CHECK)
 
 
 def with_dims(checked: Checked, overrides: dict) -> Checked:

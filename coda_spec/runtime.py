@@ -3,11 +3,13 @@
     chain = coda_spec.load("build/rmsnorm_chain-latest")
     out = chain(y=y, w_o=w_o, x=x, gamma=gamma, w_up=w_up)   # {"x1": ..., "r": ..., "out": ...}
 
-Layer map: this module reads ``manifest.json`` (``coda_spec.artifact``), launches the exported
-GEMM kernels through TVM-FFI and the host/finalize cubins through the driver
-(``coda_spec.launch``). It imports neither cutlass, quack, Triton, yaml, jsonschema, the spec
-front end nor the reference interpreter (a test checks it); ``Chain.checked()`` loads the spec
-for verify, bench and tune, never for a call. docs/runtime.md is the user's guide.
+Layer map: this module reads ``manifest.json`` (``coda_spec.artifact``; format 6 only: every
+shape an expression over the spec's dims, evaluated here at the manifest's ``dims`` and the
+dynamic dim the inputs bind), launches the exported GEMM kernels through TVM-FFI and the
+host/finalize cubins through the driver (``coda_spec.launch``). It imports neither cutlass,
+quack, Triton, yaml, jsonschema, the spec front end, the lowering, the primitive registry nor
+the reference interpreter (a test checks it); ``Chain.checked()`` loads the spec for verify,
+bench and tune, never for a call. docs/runtime.md is the user's guide.
 
 The launch plan, prepared at load: each kernel step's variants, the shape expressions compiled
 to functions, the cubins of host steps and finalizes, the NVTX range names, the saved tensors of
@@ -31,7 +33,8 @@ What a call does:
    (1, N)), freshly allocated outputs and partial buffers (fp32, sized from the chosen variant's
    tile config), and ``max_active_clusters = SMs // cluster size``; finalize steps and host
    steps launch their compiled kernels (one launch each; a finalize folded into the host kernel
-   before it launches nothing). All per-call state lives in a ``_Call``, never on the chain;
+   before it launches nothing; there is no torch fallback: a build without them is refused at
+   load). All per-call state lives in a ``_Call``, never on the chain;
 3. returns the declared outputs. ``add_to`` outputs are written IN PLACE into the tensor they
    accumulate into (that is the point of QuACK's add_to_output), which is returned under the
    output's name. :meth:`Chain.backward` runs the backward steps alone on a forward's saved
@@ -63,10 +66,9 @@ nothing is 0, so ``rsqrt_mean`` is ``rsqrt(eps)``); ``max`` and ``absmax`` are -
 identity; torch's amax refuses an empty axis) and ``logsumexp`` is -inf (torch's value).
 Per-row statistics over zero rows are simply empty.
 
-Variants (manifest format 4). A kernel step may hold several compiled variants of one
-epilogue, each at another tile config (``variants``; ``variants[0]`` is the fallback and repeats
-the step's own values; a format-2/3 step is one variant at the manifest's ``config``). Per call
-and per kernel step the runtime picks one:
+Variants. A kernel step may hold several compiled variants of one epilogue, each at another
+tile config (``variants``; ``variants[0]`` is the fallback and repeats the step's own values).
+Per call and per kernel step the runtime picks one:
 
 * forced: :meth:`Chain.with_variants` (verify, tune and bench run a named variant);
 * else tuned: the tune table's entry (``coda_spec.tune``: ``tuned=`` of :func:`load`, else
@@ -105,9 +107,8 @@ from coda_spec import dims as dimmod
 from coda_spec.artifact import input_required, read_manifest, shape_fn
 from coda_spec.config import config_text
 from coda_spec.dtypes import TORCH_DTYPES
-from coda_spec.finalize import mean_of
 from coda_spec.launch import Cubin, LaunchError
-from coda_spec.tune import load_table
+from coda_spec.tune_table import load_table
 
 LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
@@ -118,25 +119,16 @@ SIGNATURES_KEPT = 64  # input signatures remembered per chain (validated once ea
 TABLES_KEPT = 8  # RoPE tables kept before those of dead tensors are dropped
 _NVTX = torch._C._nvtx if hasattr(torch._C, "_nvtx") else None  # absent from CPU builds
 ZERO_K = 8  # the K of the zero operands an empty-K GEMM runs on (16 bytes of bf16)
-EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
-# what a variant holds (format 4), read from a format-2/3 kernel step's own values
-VARIANT_KEYS = (
-    "symbol",
-    "fields",
-    "field_order",
-    "majors",
-    "max_swizzle_size",
-    "compile_s",
-    "object_bytes",
-)
 
 
 def step_variants(manifest: dict, step: dict) -> list[dict]:
-    """A kernel step's variants: format 4's ``variants``; a format-2/3 step (no ``variants``) is
-    one variant made of its own values at the manifest's ``config``."""
-    if step.get("variants"):
-        return list(step["variants"])
-    return [{"config": manifest["config"], **{k: step[k] for k in VARIANT_KEYS if k in step}}]
+    """A kernel step's variants (``variants[0]`` is the fallback)."""
+    if not step.get("variants"):
+        raise CodaRuntimeError(
+            f"{manifest.get('name')}: kernel step '{step.get('name')}' has no variants; "
+            "rebuild the spec with this coda"
+        )
+    return list(step["variants"])
 
 
 def variant_name(variant: dict) -> str:
@@ -231,28 +223,15 @@ def _canonical(x: torch.Tensor) -> torch.Tensor:
     return x if tuple(x.stride()) == want else x.as_strided(x.shape, want)
 
 
-def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:
-    """Fold per-tile partials along ``axis``; an empty axis gives ``EMPTY_FOLD[fold]``."""
-    if buf.shape[axis] == 0:
-        shape = [n for i, n in enumerate(buf.shape) if i != axis]
-        return torch.full(shape, EMPTY_FOLD[fold], dtype=buf.dtype, device=buf.device)
-    if fold == "sum":
-        return buf.sum(dim=axis)
-    if fold == "max":
-        return buf.amax(dim=axis)
-    return torch.logsumexp(buf, dim=axis)
-
-
 class _Call:
-    """What one call owns: its device and stream, dim sizes, tensors, partial roles and the
-    poison flag. Made per call and passed down, never stored on the chain (two threads, or a
-    verify run interleaved with a training call, cannot see each other's state)."""
+    """What one call owns: its device and stream, dim sizes, tensors and the poison flag. Made
+    per call and passed down, never stored on the chain (two threads, or a verify run
+    interleaved with a training call, cannot see each other's state)."""
 
-    __slots__ = ("device", "stream", "sizes", "env", "partials", "poison", "nvtx")
+    __slots__ = ("device", "stream", "sizes", "env", "poison", "nvtx")
 
     def __init__(self, device, sizes: dict, env: dict, poison: bool = False):
         self.device, self.sizes, self.env, self.poison = device, sizes, env, poison
-        self.partials: dict = {}
         cuda = device.type == "cuda"
         self.stream = torch._C._cuda_getCurrentRawStream(device.index) if cuda else 0
         self.nvtx = cuda and _NVTX is not None
@@ -262,7 +241,7 @@ class Chain:
     """A loaded build. Call it with the chain's inputs as keyword tensors.
 
     ``tuned``: where the variant picks come from (see the module docstring): a tune file or a
-    directory of them, a tune file's data, a ``coda_spec.tune.TuneTable``, None (the default
+    directory of them, a tune file's data, a ``coda_spec.tune_table.TuneTable``, None (the default
     search path) or False (none: every kernel runs ``variants[0]``)."""
 
     def __init__(self, directory, manifest: dict | None = None, tuned=None):
@@ -305,6 +284,7 @@ class Chain:
             for s in self._forward + self._backward
             if s.get("launch")
         }
+        self._check_compiled()
         self._ranges = {
             s["name"]: f"{self.name}/{s['name']} ({m.get('spec_file', 'spec')}:{s.get('line')})"
             for s in self._forward + self._backward
@@ -314,6 +294,17 @@ class Chain:
         self._table = load_table(tuned)
         self._tuned = self._tuned_rows()
         self._picks: dict | None = None  # {step: rows} once the GPU is checked (first launch)
+
+    def _check_compiled(self) -> None:
+        """Every host step and finalize has its compiled kernel (or, a finalize, the host kernel
+        that computes it): a call never falls back to torch."""
+        for s in self._forward + self._backward:
+            if s["kind"] == "kernel" or s["name"] in self._cubins or s.get("folded_into"):
+                continue
+            raise CodaRuntimeError(
+                f"{self.name}: {s['kind']} step '{s['name']}' has no compiled kernel in "
+                f"{self.directory}; rebuild the spec with this coda"
+            )
 
     def _dynamic_source(self):
         """(input, axis) that binds the dynamic dim on the unchecked path."""
@@ -465,7 +456,7 @@ class Chain:
 
     @property
     def required_inputs(self) -> list[str]:
-        """Inputs a call must pass: those some step reads (every input of a format-2 build)."""
+        """Inputs a call must pass: those some step reads."""
         return list(self._required)
 
     @property
@@ -879,8 +870,6 @@ class Chain:
             buf = torch.zeros(shape, dtype=dtype, device=call.device)  # ignored rows stay 0
         else:
             buf = _alloc(call, shape, dtype)
-        if role in PARTIAL_ROLES:
-            call.partials[t] = (role, f["fold"])
         made[t] = buf
         return buf
 
@@ -900,53 +889,14 @@ class Chain:
         return table
 
     def _finalize(self, step, call: _Call):
-        if step.get("folded_into"):
-            return  # the host kernel that produced the partial wrote the result
-        env, sizes = call.env, call.sizes
-        cubin = self._cubins.get(step["name"])
-        if cubin is not None:
-            self._launch(step, cubin, call)
-            return
-        role, fold = call.partials[step["of"]]
-        buf = env[step["of"]]
-        if role == "exact":  # a host step's reduction: already complete
-            x = buf.reshape(-1) if 1 in buf.shape else buf
-        elif role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
-            x = buf.reshape(-1) if buf.shape[1] == 1 else buf
-        else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles
-            x = _fold(buf, fold, 1 if role == "colred" else 0)
-        n = step["n"]
-        n = dimmod.evaluate(n, sizes) if isinstance(n, str) else n
-        if step["op"] == "mean":
-            x = mean_of(x, n)
-        elif step["op"] == "rsqrt_mean":
-            x = torch.rsqrt(mean_of(x, n) + step["eps"])
-        env[step["result"]] = x
+        """A finalize: its compiled kernel (one launch), or nothing when the host kernel that
+        produced the partial computed it (``folded_into``)."""
+        if not step.get("folded_into"):
+            self._launch(step, self._cubins[step["name"]], call)
 
     def _host(self, step, call: _Call):
         """A host step: its compiled kernel (one launch; no launch over zero rows)."""
-        cubin = self._cubins.get(step["name"])
-        if cubin is None:
-            if call.env[step["over"]].shape[0] == 0:  # zero rows: nothing to run
-                folds = step.get("partials", {})
-                for t in step["writes"]:
-                    dtype = TORCH_DTYPES[self.manifest["tensors"][t]["dtype"]]
-                    shape = self._shape(t, call.sizes)
-                    if t in folds:  # a column reduction over zero rows: its identity
-                        value = EMPTY_FOLD[folds[t]]
-                        call.env[t] = torch.full(shape, value, dtype=dtype, device=call.device)
-                    else:
-                        call.env[t] = _alloc(call, shape, dtype)
-                    call.partials[t] = ("exact", None)
-                return
-            raise CodaRuntimeError(
-                f"{self.name}: host step '{step['name']}' has no compiled kernel (a manifest "
-                f"of format {self.manifest.get('format')}); rebuild the spec with this coda "
-                f"(host steps are compiled since format 5)"
-            )
-        self._launch(step, cubin, call)
-        for t in step["writes"]:
-            call.partials.setdefault(t, ("exact", None))
+        self._launch(step, self._cubins[step["name"]], call)
 
     def _launch(self, step, cubin: tuple, call: _Call):
         """Allocate a compiled step's outputs, bind its arguments, launch it."""
@@ -1009,10 +959,7 @@ def _dim(expr, sizes: dict, env: dict | None = None) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _evaluator(expr: str):
-    """A dim expression compiled once (``cdiv(...)`` through the manifest's shape evaluator)."""
-    if expr.startswith("cdiv("):
-        at = shape_fn([expr])
-        return lambda sizes: at(sizes)[0]
+    """A dim expression compiled once (``coda_spec.dims.evaluator``, the one evaluator)."""
     return dimmod.evaluator(expr)
 
 

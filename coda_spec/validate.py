@@ -67,10 +67,19 @@ class _Checker:
         self.root = self._validator(root, opaque)
         self.kinds = {k: self._validator({"$ref": f"#/$defs/{k}"}, opaque) for k in STEP_KINDS}
         self.items = {n: self._validator(p.schema, opaque) for n, p in self.prims.items()}
+        self.item_fields = item_fields(self.prims)
 
     @staticmethod
     def _validator(schema: dict, defs: dict) -> Draft202012Validator:
         return Draft202012Validator({**schema, "$defs": defs})
+
+
+def item_fields(prims) -> frozenset:
+    """Every key an epilogue item may hold besides its primitive key (``as``, ``of``, ``by``,
+    ``cap``, ...): the union of what the primitives' schemas declare, so a primitive with a new
+    parameter needs no edit here. An item with no primitive key is reported at its first key
+    outside this set, the likeliest misspelled primitive."""
+    return frozenset(k for name, p in prims.items() for k in p.schema["properties"] if k != name)
 
 
 def _schema_props(error) -> dict:
@@ -161,6 +170,10 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
     ):
         n = error.schema.get("minItems")
         return [src.diag(path, f"expected exactly {n} items, got {len(inst)}")]
+    if v in _BOUNDS:
+        key = path[-1] if path and isinstance(path[-1], str) else "it"
+        bound = error.validator_value
+        return [src.diag(path, f"{key} must be {_BOUNDS[v]} {bound}, got {_describe(inst)}")]
     if v == "minItems":
         return [src.diag(path, f"expected at least {error.validator_value} item(s)")]
     if v == "minProperties":
@@ -168,6 +181,7 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
     return [src.diag(path, error.message)]
 
 
+_BOUNDS = {"exclusiveMinimum": ">", "minimum": ">=", "exclusiveMaximum": "<", "maximum": "<="}
 _NUMBER_EXAMPLES = {"eps": "1.0e-6", "by": "0.5", "ignore_index": "-100"}
 
 
@@ -291,22 +305,6 @@ def _check(checker_validator, src, base, instance, out):
         out.extend(_translate(src, base, error))
 
 
-_ITEM_FIELDS = {
-    "as",
-    "of",
-    "to",
-    "dtype",
-    "doc",
-    "z",
-    "pos",
-    "freqs",
-    "by",
-    "group",
-    "index",
-    "add_to",
-}
-
-
 def _check_item(ck: _Checker, src: Source, path: tuple, item, out: list):
     if not isinstance(item, dict):
         out.append(
@@ -328,7 +326,7 @@ def _check_item(ck: _Checker, src: Source, path: tuple, item, out: list):
         )
         return
     if not prims:
-        unknown = [k for k in item if k not in _ITEM_FIELDS] or list(item)[:1]
+        unknown = [k for k in item if k not in ck.item_fields] or list(item)[:1]
         if not unknown:
             out.append(src.diag(path, "empty epilogue item"))
             return

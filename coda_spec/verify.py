@@ -19,8 +19,12 @@ static dims nudged off the tile grid; small: M = 64; or ``--dims``):
    The relative error ||out - ref|| / ||ref|| is reported (about 1.7e-3 is one bf16 rounding);
 5. ``equivalent_to`` (the unfused math) is evaluated on the same inputs and compared with ref.
 
-Variants (manifest format 4: a kernel compiled at several tile configs, the runtime picking one
-per shape from a tune table). Every variant a call could select is checked: the cases run once
+Re-sized cases (ragged, ``--dims``) run the build under its manifest with other ``dims``
+(:func:`resized_manifest`): every manifest shape is an expression over the dims (format 6), so
+nothing is re-lowered; verify imports nothing from ``coda_spec.lower``.
+
+Variants (a kernel compiled at several tile configs, the runtime picking one per shape from a
+tune table). Every variant a call could select is checked: the cases run once
 per candidate config of the build (``configs``), each round forcing that config's variant on
 every kernel step that has it and ``variants[0]`` (the fallback) on the others
 (``Chain.with_variants``), so each variant of each kernel runs every case. The ragged case is
@@ -28,53 +32,20 @@ ragged for the round's own tile (its ``tile_n``), and re-sized manifests carry e
 own partial-buffer shapes. Checks of a multi-variant build are labelled with the round's config
 (case ``real [128x128,cluster=2x1,pingpong]``); a single-variant build runs and reads as before.
 
-Exit codes: 0 all pass, 3 numeric failure, 2 invalid spec, 1 tool error, 4 no CUDA GPU (the
-reference-side checks ran; pass ``--allow-no-gpu`` to accept that). Verify never compiles.
+Exit codes (``coda_spec.errors.EXIT_CODES``): EXIT_OK all pass, EXIT_MISMATCH numeric failure,
+EXIT_INVALID_SPEC, EXIT_TOOL_FAILURE, EXIT_NO_GPU (the reference-side checks ran; pass
+``--allow-no-gpu`` to accept that). Verify never compiles.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from coda_spec.errors import EXIT_MISMATCH, EXIT_NO_GPU  # noqa: F401 (re-exported)
-
-EXIT_NUMERIC = EXIT_MISMATCH
+from coda_spec.verify_report import Check, Report
 
 REAL_M, RAGGED_M, SMALL_M = 16384, 1000, 64
-
-
-@dataclass(frozen=True)
-class Check:
-    case: str
-    dims: dict
-    output: str
-    shape: tuple
-    dtype: str
-    max_abs_err: float
-    rel_err: float
-    bound: float
-    unwritten: int
-    passed: bool
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Report:
-    chain: str
-    build_dir: str
-    seed: int
-    device: str
-    checks: tuple = ()
-    algebra: tuple = ()  # (case, output, rel_err, ok) of equivalent_to vs ref
-    skipped: str = ""
-    seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.checks) and all(a[3] for a in self.algebra)
 
 
 class CaseSkipped(Exception):
@@ -144,54 +115,47 @@ def cases(
 
 
 def resized_manifest(chain, checked_case) -> dict:
-    """The manifest with every shape recomputed at other dims (kernels are shape-symbolic).
+    """The manifest at the re-analysed case's dims, without lowering anything.
 
-    Each variant's fields are re-lowered at its own config (its partial-buffer shapes follow its
-    tile), kernel by kernel: a variant whose config its kernel cannot lower at these dims (a
-    primitive's ``supports()`` refuses it) is left out of the re-sized manifest, other kernels
-    keep theirs. The fallback (``config``) must lower, as before."""
+    Every shape of a manifest is an expression over the spec's dims, so re-sizing replaces
+    ``dims``. What else can change with the dims is which tile configs a kernel's primitives
+    support (``supports(config, op)`` at the new sizes and GEMM N, as the build asked when it
+    lowered each candidate): a variant a primitive refuses is left out, for its kernel only;
+    the fallback (``variants[0]``) must be supported (else the case is skipped, noted)."""
+    from coda_spec.artifact import with_exprs
     from coda_spec.config import BuildConfig, config_text
-    from coda_spec.lower.module import lower_spec, lower_variants
+    from coda_spec.primitives import registry
     from coda_spec.runtime import step_variants
 
-    m = dict(chain.manifest)
-    cfg = BuildConfig(**m["config"])
-    lowered = {k.step: k for k in lower_spec(checked_case, cfg).kernels}
-    at_config = {config_text(m["config"]): lowered}
-
-    def lowered_at(key: dict):
-        """{step: kernel} at config ``key``: every kernel that supports it at these dims (a
-        kernel that refuses it loses only its own variant)."""
-        text = config_text(key)
-        if text not in at_config:
-            _, variants, _ = lower_variants(checked_case, (cfg, BuildConfig(**key)))
-            at_config[text] = {s: vs[-1].kernel for s, vs in variants.items() if len(vs) > 1}
-        return at_config[text]
-
-    a = checked_case.analysis
+    m = with_exprs(chain.manifest)  # a copy (a manifest made in memory may still hold Syms)
     spec = checked_case.spec
     m["dims"] = {d.name: d.size for d in spec.dims}
-    m["inputs"] = [dict(i, shape=list(spec.tensor(i["name"]).shape)) for i in m["inputs"]]
-    m["tensors"] = {t.name: {"shape": list(t.shape), "dtype": t.dtype} for t in a.tensors}
-    for key in ("outputs", "grads_in", "backward_outputs"):
-        m[key] = [dict(o, shape=list(a.tensor(o["name"]).shape)) for o in m.get(key, [])]
+    sizes = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
+    prims = registry()
+    kernels = {s.name: (s, i) for s, i in checked_case.analysis.step_infos() if s.kind == "kernel"}
+
+    def refusal(name: str, key: dict) -> str | None:
+        step, info = kernels[name]
+        width = info.width if isinstance(info.width, int) else 0
+        cfg = replace(BuildConfig(**key), sizes=sizes, width=width)
+        reasons = (prims[op.prim].supports(cfg, op) for op in step.epilogue)
+        return next((r for r in reasons if r is not None), None)
 
     def fix(step):
         if step["kind"] != "kernel":
             return step
-        k = lowered[step["name"]]
-        out = dict(step, fields=[asdict(f) for f in k.fields], d=k.d, c=k.c)
-        if step.get("variants"):
-            kept = []
-            for v in step_variants(m, step):
-                at = lowered_at(v["config"])
-                if at is not None and step["name"] in at:
-                    kept.append(dict(v, fields=[asdict(f) for f in at[step["name"]].fields]))
-            out["variants"] = kept
-        return out
+        first, *rest = step_variants(m, step)
+        why = refusal(step["name"], first["config"])
+        if why is not None:
+            raise CaseSkipped(
+                f"kernel '{step['name']}' cannot run its fallback {config_text(first['config'])} "
+                f"at these dims: {why}"
+            )
+        kept = [first] + [v for v in rest if refusal(step["name"], v["config"]) is None]
+        return dict(step, variants=kept)
 
     m["steps"] = [fix(s) for s in m["steps"]]
-    m["backward_steps"] = [fix(s) for s in m["backward_steps"]]
+    m["backward_steps"] = [fix(s) for s in m.get("backward_steps", [])]
     return m
 
 
@@ -209,7 +173,7 @@ def _untouched(manifest, analysis, out_name, env):
             continue
         index = next(x["tensor"] for x in step["fields"] if x["role"] == "index")
         idx = env[index].long()
-        n = step["n"] if isinstance(step["n"], int) else None
+        n = _static_value(step["n"], manifest["dims"])
         bad = idx < 0
         if n is not None:
             bad |= idx >= n
@@ -217,7 +181,31 @@ def _untouched(manifest, analysis, out_name, env):
     return torch.zeros((), dtype=torch.bool)
 
 
-def _compare(case, dims, name, dtype, got, ref, lowp, untouched) -> Check:
+def _static_value(expr, dims: dict) -> int | None:
+    """A manifest expression's value at the manifest's static ``dims`` (None if it names the
+    dynamic dim)."""
+    from coda_spec.dims import DimError, evaluate
+
+    try:
+        return evaluate(expr, {k: v for k, v in dims.items() if v is not None})
+    except DimError:
+        return None
+
+
+def bound(ref, lowp, dtype: str) -> float:
+    """The pass rule's bound on ``max|out - ref|`` for one output (step 4 above; the one home of
+    the rule, the GPU tests use it too): twice the low-precision pipeline's own error
+    ``max|ref_lowp - ref|``, plus ``1e-5 * max|ref|`` for fp32 outputs (statistics ref_lowp
+    does not round). Tensors in fp64; an empty output is bound by 0."""
+    if not ref.numel():
+        return 0.0
+    floor = 1e-5 * float(ref.abs().max()) if dtype == "fp32" else 0.0
+    return 2 * float((lowp - ref).abs().max()) + floor
+
+
+def compare(case, dims, name, dtype, got, ref, lowp, untouched) -> Check:
+    """One output against the pass rule: every element not declared ``untouched`` written and
+    finite, and ``max|got - ref| <= bound(ref, lowp, dtype)``."""
     import torch
 
     got, ref, lowp = got.double(), ref.double(), lowp.double()
@@ -244,13 +232,12 @@ def _compare(case, dims, name, dtype, got, ref, lowp, untouched) -> Check:
     max_err = float(err.max()) if err.numel() else 0.0
     if unwritten:
         max_err = float("nan")
-    floor = 1e-5 * float(r.abs().max()) if dtype == "fp32" and r.numel() else 0.0
-    bound = 2 * float((lo - r).abs().max() if r.numel() else 0.0) + floor
+    limit = bound(r, lo, dtype)
     rel = float(err.norm() / r.norm()) if r.numel() and float(r.norm()) else float(err.norm())
-    ok = unwritten == 0 and max_err <= bound
+    ok = unwritten == 0 and max_err <= limit
     note = f"{unwritten} element(s) unwritten or non-finite" if unwritten else ""
     return Check(
-        case, dims, name, tuple(got.shape), dtype, max_err, rel, bound, unwritten, ok, note
+        case, dims, name, tuple(got.shape), dtype, max_err, rel, limit, unwritten, ok, note
     )
 
 
@@ -319,7 +306,7 @@ def verify_case(
     for o in outputs:
         untouched = _untouched(manifest, case_checked.analysis, o["name"], inputs)
         checks.append(
-            _compare(
+            compare(
                 case,
                 shown,
                 o["name"],
@@ -461,145 +448,6 @@ def reference_only(checked, seed: int) -> Report:
         (),
         math_proof(checked, seed),
         skipped="no CUDA GPU: kernel numerics were NOT run",
-    )
-
-
-def sanitize(directory, seed: int) -> dict:
-    """Run the small case under compute-sanitizer memcheck in a child process.
-
-    Returns ``{"result": "clean" | "unclean" | "unavailable", "errors": N, "detail": ...}``.
-    memcheck instruments the SM's loads and stores; TMA bulk copies are issued by the copy
-    engine and may escape it, so "clean" is not a proof for TMA traffic.
-    """
-    import os
-    import re
-    import shutil
-    import subprocess
-    import sys
-
-    tool = shutil.which("compute-sanitizer") or next(
-        (
-            p
-            for p in (
-                "/usr/local/cuda/bin/compute-sanitizer",
-                "/usr/local/cuda/compute-sanitizer/compute-sanitizer",
-            )
-            if os.path.exists(p)
-        ),
-        None,
-    )
-    if tool is None:
-        return {"result": "unavailable", "errors": None, "detail": "compute-sanitizer not found"}
-    cmd = [
-        tool,
-        "--tool",
-        "memcheck",
-        "--print-limit",
-        "20",
-        sys.executable,
-        "-m",
-        "coda_spec.cli",
-        "verify",
-        str(directory),
-        "--small",
-        "--seed",
-        str(seed),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    text = res.stdout + res.stderr
-    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
-    if m is None:
-        return {
-            "result": "unavailable",
-            "errors": None,
-            "detail": f"no ERROR SUMMARY (exit {res.returncode}): {text.strip()[-300:]}",
-        }
-    n = int(m.group(1))
-    return {
-        "result": "clean" if n == 0 else "unclean",
-        "errors": n,
-        "detail": "" if n == 0 else text.strip()[-2000:],
-    }
-
-
-def with_replaced(report: Report, **kw) -> Report:
-    return replace(report, **kw)
-
-
-def render_table(report: Report) -> str:
-    lines = [
-        f"chain {report.chain}  seed {report.seed}  device {report.device}  "
-        f"({report.seconds:.1f}s)  {report.build_dir}"
-    ]
-    if report.skipped:
-        lines.append(f"  {report.skipped}")
-    if report.checks:
-        lines.append(
-            f"  {'case':<7} {'output':<22} {'shape':<18} {'max_abs_err':>11} "
-            f"{'rel_err':>9} {'bound':>9}  pass"
-        )
-        for c in report.checks:
-            lines.append(
-                f"  {c.case:<7} {c.output:<22} {str(list(c.shape)):<18} "
-                f"{c.max_abs_err:>11.3e} {c.rel_err:>9.2e} {c.bound:>9.2e}  "
-                f"{'yes' if c.passed else 'NO'}{'  ' + c.note if c.note else ''}"
-            )
-    for case, out, rel, ok in report.algebra:
-        lines.append(
-            f"  equivalent_to [{case}] {out}: rel_err {rel:.1e} {'ok' if ok else 'MISMATCH'}"
-        )
-    for note in report.extra.get("notes", ()):
-        lines.append(f"  note: {note}")
-    san = report.extra.get("sanitizer")
-    if san:
-        lines.append(
-            f"  sanitizer (memcheck, small case): {san['result']}"
-            + (f", {san['errors']} error(s)" if san["errors"] else "")
-        )
-    verdict = "FAIL" if not report.passed else ("REFERENCE ONLY" if report.skipped else "PASS")
-    lines.append(f"  => {verdict}")
-    return "\n".join(lines)
-
-
-def junit(reports: list[Report]) -> str:
-    from xml.sax.saxutils import quoteattr
-
-    cases_xml, failures = [], 0
-    for r in reports:
-        for c in r.checks:
-            name = quoteattr(f"{r.chain}.{c.case}.{c.output}")
-            body = ""
-            if not c.passed:
-                failures += 1
-                msg = quoteattr(f"max_abs_err {c.max_abs_err:.3e} > bound {c.bound:.3e} {c.note}")
-                body = f"<failure message={msg}/>"
-            cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
-        for case, out, rel, ok in r.algebra:
-            name = quoteattr(f"{r.chain}.equivalent_to.{case}.{out}")
-            body = ""
-            if not ok:
-                failures += 1
-                msg = quoteattr(f"equivalent_to [{case}] {out}: rel_err {rel:.1e} MISMATCH")
-                body = f"<failure message={msg}/>"
-            cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
-        san = r.extra.get("sanitizer")
-        if san:
-            name = quoteattr(f"{r.chain}.sanitizer")
-            body = ""
-            if san["result"] == "unclean":
-                failures += 1
-                body = f"<failure message={quoteattr(san['detail'][-500:])}/>"
-            elif san["result"] == "unavailable":
-                body = f"<skipped message={quoteattr(san['detail'])}/>"
-            cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
-        if r.skipped:
-            cases_xml.append(
-                f'  <testcase classname="coda.verify" name={quoteattr(r.chain)}>'
-                f"<skipped message={quoteattr(r.skipped)}/></testcase>"
-            )
-    return (
-        f'<?xml version="1.0"?>\n<testsuite name="coda verify" tests="{len(cases_xml)}" '
-        f'failures="{failures}">\n' + "\n".join(cases_xml) + "\n</testsuite>\n"
     )
 
 

@@ -4,7 +4,9 @@ The runtime itself never imports the reference interpreter: kernels and host ste
 CPU tests of what sits around the launches (bench's driver, tune's picks, the runtime's
 bookkeeping) replace the launching methods with these emulations, which compute each kernel's
 epilogue (on ``acc = a @ b``) and each host step's body in torch, keep outputs in their declared
-dtypes, ``add_to`` in place, and register partials the way the runtime's finalize reads them.
+dtypes, ``add_to`` in place, write partial buffers as the kernels lay them out, and fold them as
+the compiled finalize kernels do (:func:`fold_partials`, the finalize semantics in torch: also
+the oracle of tests/test_finalize_kernel.py).
 """
 
 from __future__ import annotations
@@ -12,8 +14,40 @@ from __future__ import annotations
 import torch
 
 from coda_spec import runtime
+from coda_spec.dims import evaluator
 from coda_spec.dtypes import TORCH_DTYPES
+from coda_spec.finalize import mean_of
 from coda_spec.reference import PRECISIONS, _run_step
+
+EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
+
+
+def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:
+    """Fold per-tile partials along ``axis``; an empty axis gives ``EMPTY_FOLD[fold]``."""
+    if buf.shape[axis] == 0:
+        shape = [n for i, n in enumerate(buf.shape) if i != axis]
+        return torch.full(shape, EMPTY_FOLD[fold], dtype=buf.dtype, device=buf.device)
+    if fold == "sum":
+        return buf.sum(dim=axis)
+    if fold == "max":
+        return buf.amax(dim=axis)
+    return torch.logsumexp(buf, dim=axis)
+
+
+def fold_partials(role: str, fold, buf: torch.Tensor, op: str, n: int, eps) -> torch.Tensor:
+    """A finalize in torch: ``buf`` (the partial, as ``role`` lays it out) folded with ``fold``,
+    then ``op`` (``mean``: / n, 0 over nothing; ``rsqrt_mean``: 1 / sqrt(mean + eps))."""
+    if role == "exact":  # a host step's reduction: already complete
+        x = buf.reshape(-1) if 1 in buf.shape else buf
+    elif role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
+        x = buf.reshape(-1) if buf.shape[1] == 1 else buf
+    else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles
+        x = _fold(buf, fold, 1 if role == "colred" else 0)
+    if op == "mean":
+        return mean_of(x, n)
+    if op == "rsqrt_mean":
+        return torch.rsqrt(mean_of(x, n) + eps)
+    return x
 
 
 def _dense(x: torch.Tensor) -> torch.Tensor:
@@ -53,7 +87,6 @@ def kernel(chain, step, call) -> None:
             env[t] = _dense(work[t].to(TORCH_DTYPES[f["dtype"]]))
         elif f["role"] in runtime.PARTIAL_ROLES:
             env[t] = _dense(work[t].float())
-            call.partials[t] = (f["role"], f["fold"])
 
 
 def host(chain, step, call) -> None:
@@ -62,11 +95,29 @@ def host(chain, step, call) -> None:
     work = _interpret(chain, step, call)
     for name in step["writes"]:
         if analysis.tensor(name).origin == "partial":
-            call.partials[name] = ("exact", None)
             call.env[name] = work[name]
             continue
         dtype = chain.manifest["tensors"][name]["dtype"]
         call.env[name] = _dense(work[name].to(TORCH_DTYPES[dtype]))
+
+
+def finalize(chain, step, call) -> None:
+    """A finalize step in torch (one folded into its host kernel too: the emulated host step
+    writes only the partial)."""
+    role, fold = "exact", None  # a host step's partial
+    for s in chain.manifest["steps"] + chain.manifest["backward_steps"]:
+        for f in s.get("fields", ()) if s["kind"] == "kernel" else ():
+            if f["tensor"] == step["of"]:
+                role, fold = f["role"], f["fold"]
+    n = evaluator(step["n"])(call.sizes) if step["n"] is not None else None
+    buf = call.env[step["of"]]
+    call.env[step["result"]] = fold_partials(role, fold, buf, step["op"], n, step["eps"])
+
+
+def emulate_compiled(monkeypatch) -> None:
+    """Host steps and finalizes (the Triton cubins) run in torch; GEMM kernels are left alone."""
+    monkeypatch.setattr(runtime.Chain, "_host", host)
+    monkeypatch.setattr(runtime.Chain, "_finalize", finalize)
 
 
 def emulate(monkeypatch, before=None) -> None:
@@ -86,3 +137,4 @@ def emulate(monkeypatch, before=None) -> None:
 
     monkeypatch.setattr(runtime.Chain, "_kernel", run_kernel)
     monkeypatch.setattr(runtime.Chain, "_host", run_host)
+    monkeypatch.setattr(runtime.Chain, "_finalize", finalize)

@@ -3,7 +3,9 @@
 Each ``tests/bad_specs/<case>.yaml`` is a small realistic spec with one deliberate mistake (a few
 for the multi-error cases), described by its first-line comment. ``<case>.expected`` holds exactly
 what ``coda check`` prints for it (diagnostics with source line and caret), minus the final
-summary line, whose timing varies. Regenerate the goldens with
+summary line, whose timing varies. Each case goes through the one oracle for invalid specs,
+``tests.conftest.check_oracle`` (library stages, ``coda check`` text and JSON, all agreeing and
+all located), which compares the text with the ``.expected`` file. Regenerate the goldens with
 ``CODA_UPDATE_GOLDEN=1 python -m pytest tests/test_bad_specs.py`` and review the diff.
 
 Independently of the goldens, ``EXPECT`` below pins every case's diagnostics: their exact
@@ -15,23 +17,16 @@ place that explains the error before it) is pinned the same way, its fragment st
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 import subprocess
 
 import pytest
-from click.testing import CliRunner
 
-from coda_spec.cli import main
 from coda_spec.errors import EXIT_INVALID_SPEC, EXIT_OK, EXIT_TOOL_FAILURE
-from tests.conftest import ROOT, assert_golden
+from tests.conftest import ROOT, SUMMARY, check_oracle, coda_check
 
 BAD = ROOT / "tests" / "bad_specs"
 CASES = sorted(p.stem for p in BAD.glob("*.yaml"))
-SUMMARY = re.compile(
-    r"^1 spec\(s\): 0 valid, 1 invalid, (\d+) error\(s\) in \d+\.\d\ds$", re.MULTILINE
-)
 
 # case -> [(line, col, fragment of "message; hint"), ...], in the order coda reports them;
 # a fragment starting with "note: " pins a note.
@@ -202,11 +197,6 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
 }
 
 
-def _check(args: list[str], monkeypatch) -> object:
-    monkeypatch.chdir(ROOT)  # file names in messages are relative: tests/bad_specs/<case>.yaml
-    return CliRunner().invoke(main, ["check", *args], catch_exceptions=False)
-
-
 def _rel(case: str) -> str:
     return f"tests/bad_specs/{case}.yaml"
 
@@ -232,39 +222,33 @@ def test_suite_size():
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_spec(case, monkeypatch):
-    result = _check([_rel(case)], monkeypatch)
-    assert result.exit_code == EXIT_INVALID_SPEC, result.output
-    out = result.output
-    summary = SUMMARY.search(out)
-    assert summary, f"no summary line in:\n{out}"
-    body = out[: summary.start()]
+def test_bad_spec(case):
+    verdict = check_oracle(_rel(case), expected=BAD / f"{case}.expected")
+    assert not verdict.valid, verdict.text.output
+    assert verdict.text.summary.groups()[:3] == ("1", "0", "1"), verdict.text.output
     # Located lines, exactly as listed in EXPECT (position and order), each with its fragment.
-    heads = [
-        ln
-        for ln in body.splitlines()
-        if ln.startswith(_rel(case) + ":") and (": error: " in ln or ": note: " in ln)
+    note = {"note": "note: "}
+    got = [
+        (d.line, d.col, f"{note.get(d.severity, '')}{d.path}: {d.message}; {d.hint}")
+        for d in verdict.diagnostics
     ]
     expected = EXPECT[case]
-    got = [tuple(int(x) for x in h[len(_rel(case)) + 1 :].split(":", 2)[:2]) for h in heads]
-    assert got == [(line, col) for line, col, _ in expected], "\n".join(heads)
-    for head, (_, _, fragment) in zip(heads, expected, strict=True):
-        assert fragment in head, f"{fragment!r} not in {head!r}"
-    assert int(summary.group(1)) == sum(not f.startswith("note: ") for *_, f in expected)
-    assert_golden(BAD / f"{case}.expected", body)
+    assert [g[:2] for g in got] == [(line, col) for line, col, _ in expected], got
+    for (_, _, message), (_, _, fragment) in zip(got, expected, strict=True):
+        assert fragment in message, f"{fragment!r} not in {message!r}"
 
 
-def test_notes_follow_their_error_in_json(monkeypatch):
+def test_notes_follow_their_error_in_json():
     """A note comes right after the error it explains, with severity 'note'."""
-    result = _check(["--format", "json", _rel("dim_odd_pair_width")], monkeypatch)
-    diags = json.loads(result.stdout)
+    result = coda_check("--format", "json", _rel("dim_odd_pair_width"))
+    diags = result.json()
     assert [d["severity"] for d in diags] == ["error", "note"]
     assert diags[1]["path"] == "tensors.w_gu.shape[0]"
     assert diags[1]["hint"] == "make N even under dims:, e.g. N: 11008"
 
 
 @pytest.mark.parametrize("style", ["block", "flow"])
-def test_output_dtype_caret_is_on_the_dtype(style, monkeypatch, tmp_path):
+def test_output_dtype_caret_is_on_the_dtype(style, tmp_path):
     """A wrong output dtype is reported on the line and column of that dtype, either style."""
     text = (BAD / "dtype_output_block.yaml").read_text()
     if style == "flow":
@@ -276,8 +260,8 @@ def test_output_dtype_caret_is_on_the_dtype(style, monkeypatch, tmp_path):
         assert "{y0: bf16, x1: fp32}" in text and "to: y0" in text
     path = tmp_path / f"{style}.yaml"
     path.write_text(text)
-    result = _check(["--format", "json", str(path)], monkeypatch)
-    (d,) = json.loads(result.stdout)
+    result = coda_check("--format", "json", str(path))
+    (d,) = result.json()
     lines = text.splitlines()
     line = next(i for i, ln in enumerate(lines, 1) if "x1: fp32" in ln)
     assert (d["line"], d["col"]) == (line, lines[line - 1].index("fp32") + 1)
@@ -321,36 +305,36 @@ _EPILOGUE = "    epilogue:\n      - {load_row: gamma}\n      - {mul: [acc, gamma
     ],
     ids=["empty_tensor", "flow_tensor", "required_key", "step_key_at_top", "fixed"],
 )
-def test_indentation_slips(old, new, expected, monkeypatch, tmp_path):
+def test_indentation_slips(old, new, expected, tmp_path):
     """Keys at the wrong level are reported once, with where to indent them."""
     text = (BAD / "schema_derive_indent.yaml").read_text()
     assert old in text
     path = tmp_path / "slip.yaml"
     path.write_text(text.replace(old, new))
-    result = _check(["--format", "json", str(path)], monkeypatch)
-    diags = json.loads(result.stdout)
+    result = coda_check("--format", "json", str(path))
+    diags = result.json()
     got = [f"{d['message']}; {d['hint']}" for d in diags if d["severity"] == "error"]
     assert len(got) == len(expected), got
     for line, fragment in zip(got, expected, strict=True):
         assert fragment in line
 
 
-def test_top_level_key_in_a_step(monkeypatch, tmp_path):
+def test_top_level_key_in_a_step(tmp_path):
     text = (BAD / "out_value_not_stored.yaml").read_text()
     text = text.replace("\noutputs:", "\n    outputs:")
     path = tmp_path / "slip.yaml"
     path.write_text(text)
-    result = _check(["--format", "json", str(path)], monkeypatch)
-    (d,) = json.loads(result.stdout)
+    result = coda_check("--format", "json", str(path))
+    (d,) = result.json()
     assert d["path"] == "steps[0].outputs"
     assert d["hint"] == "'outputs' is a top-level key; unindent it to column 1"
 
 
 @pytest.mark.parametrize("case", ["sem_unknown_value", "load_duplicate_key", "schema_many_errors"])
-def test_json_format(case, monkeypatch):
-    result = _check(["--format", "json", _rel(case)], monkeypatch)
+def test_json_format(case):
+    result = coda_check("--format", "json", _rel(case))
     assert result.exit_code == EXIT_INVALID_SPEC
-    diags = json.loads(result.stdout)
+    diags = result.json()
     assert len(diags) == len(EXPECT[case])
     for d, (line, col, fragment) in zip(diags, EXPECT[case], strict=True):
         assert set(d) == {"file", "line", "col", "path", "message", "hint", "severity"}
@@ -360,47 +344,47 @@ def test_json_format(case, monkeypatch):
         assert fragment in f"{d['path']}: {d['message']}; {d['hint']}"
 
 
-def test_json_fields(monkeypatch):
+def test_json_fields():
     """The JSON form carries message and hint apart, and the spec path."""
-    result = _check(["--format", "json", _rel("sem_unknown_value")], monkeypatch)
-    (d,) = json.loads(result.stdout)
+    result = coda_check("--format", "json", _rel("sem_unknown_value"))
+    (d,) = result.json()
     assert d["path"] == "steps[0].epilogue[3].mul[1]"
     assert d["message"] == "unknown value 'gama'"
     assert d["hint"] == "did you mean 'gamma'?"
 
 
-def test_exit_code_valid(monkeypatch):
-    result = _check(["specs/rmsnorm_chain.yaml"], monkeypatch)
+def test_exit_code_valid():
+    result = coda_check("specs/rmsnorm_chain.yaml")
     assert result.exit_code == EXIT_OK, result.output
     assert "ok: specs/rmsnorm_chain.yaml" in result.output
 
 
-def test_exit_code_missing_file(monkeypatch):
-    result = _check(["tests/bad_specs/no_such_spec.yaml"], monkeypatch)
+def test_exit_code_missing_file():
+    result = coda_check("tests/bad_specs/no_such_spec.yaml")
     assert result.exit_code == EXIT_TOOL_FAILURE
     assert "tests/bad_specs/no_such_spec.yaml: error: <file>: cannot read" in result.output
 
 
-def test_exit_code_unreadable_path(monkeypatch, tmp_path):
+def test_exit_code_unreadable_path(tmp_path):
     """A folder holding no spec at all is a tool failure (1), not an invalid spec."""
-    result = _check([str(tmp_path)], monkeypatch)
+    result = coda_check(str(tmp_path))
     assert result.exit_code == EXIT_TOOL_FAILURE
     assert "no spec files under" in result.output
 
 
-def test_exit_code_missing_file_wins(monkeypatch):
+def test_exit_code_missing_file_wins():
     """One unreadable file makes the run a tool failure even when other specs are invalid."""
     args = [_rel("sem_unknown_value"), "specs/rmsnorm_chain.yaml", "nope/missing.yaml"]
-    result = _check(args, monkeypatch)
+    result = coda_check(*args)
     assert result.exit_code == EXIT_TOOL_FAILURE
     assert "unknown value 'gama'" in result.output
 
 
-def test_folder_of_bad_specs(monkeypatch):
+def test_folder_of_bad_specs():
     """Checking the whole folder reports every case and counts them all invalid."""
-    result = _check(["tests/bad_specs", "--format", "json"], monkeypatch)
+    result = coda_check("tests/bad_specs", "--format", "json")
     assert result.exit_code == EXIT_INVALID_SPEC
-    files = {d["file"] for d in json.loads(result.stdout)}
+    files = {d["file"] for d in result.json()}
     assert files == {_rel(c) for c in CASES}
 
 

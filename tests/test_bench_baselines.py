@@ -105,6 +105,7 @@ def test_eager_equals_reference_fp64(stem):
         assert _rel(got[name], want[name]) <= 1e-6, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", IDS)
 def test_eager_at_declared_dtypes(stem):
     checked, sizes = _case(stem)
@@ -156,6 +157,7 @@ def _renamed(tmp_path, stem: str, drop_equivalent: bool = False):
     return checked, sizes_of(checked)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", ["f2_deferred_norm", "b2_dgrad_dswiglu", "llama_block"])
 def test_fallback_evaluates_equivalent_to(tmp_path, stem):
     checked, sizes = _renamed(tmp_path, stem)
@@ -356,6 +358,7 @@ def liger_interpreted():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(LIGER_CHAINS))
 def test_liger_numerics_interpreted(liger_interpreted, stem):
     errs = liger_interpreted[stem]

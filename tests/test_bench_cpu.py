@@ -245,6 +245,7 @@ def test_driver_times_a_forward_chain(tmp_path, cpu_chain):
     assert len(case.notes) == 1 and case.notes[0].startswith("coda = eager on 3 output(s)")
 
 
+@pytest.mark.slow
 def test_driver_gives_backward_rows(tmp_path, cpu_chain):
     cases = _bench(tmp_path, "llama_block")
     assert [c.direction for c in cases] == ["fwd", "bwd", "fwd+bwd"]
@@ -394,6 +395,7 @@ def test_best_baseline_must_produce_every_output():
     assert Mo.speedups(case) == {"compile": 1.25, "liger": 0.5}
 
 
+@pytest.mark.slow
 def test_bench_imports_no_compiler_and_no_optional_package():
     """bench runs where kernels deploy: no cutlass or quack; Liger and matplotlib only when
     used. And the runtime does not import bench."""
@@ -419,6 +421,7 @@ def test_agreement_sees_add_to_inputs_before_coda_accumulates_into_them(tmp_path
     assert case.notes and case.notes[0].startswith("coda = eager on"), case.notes
 
 
+@pytest.mark.slow
 def test_backward_rows_are_checked_against_autograd(tmp_path, cpu_chain):
     """llama_block: the eager baseline's autograd agrees with coda's 8 backward outputs."""
     _, bwd, both = _bench(tmp_path, "llama_block")

@@ -3,14 +3,14 @@
 A session fixture builds every bundled spec once (2 compile workers, ~750 MB each). Then, per
 spec: the manifest's epilogue arguments are exactly the spec's operands, outputs and reductions;
 each kernel's cubin (cut out of its object) is sm_90a with HGMMA, TMA loads, a TMA store or
-reduce per tile output, and no local memory. Cache hits, --stop-after, atomicity and refusals are
-tested on small specs.
+reduce per tile output, and no local memory. Cache hits and atomicity are
+tested on small specs; the host logic (refusals, compile-failure mapping, --stop-after) is in
+tests/test_build_host.py and tests/test_stages.py, which run without quack.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,10 +22,11 @@ from coda_spec.build import BuildOptions, build_spec, prune
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.module import kernel_steps
-from tests.conftest import ROOT, SPECS
+from tests.conftest import ROOT, SPECS, needs_build
 from tests.cubin import arch_of, cubins, nvdisasm_path, opcodes
 
-pytest.importorskip("quack", reason="needs the [build] extra (quack-kernels, nvidia-cutlass-dsl)")
+# the compile tier: sm_90a through cutlass/quack, run from the repo root
+pytestmark = [pytest.mark.slow, needs_build, pytest.mark.usefixtures("at_root")]
 IDS = [p.stem for p in SPECS]
 GEMM_SPECS = [
     p
@@ -54,11 +55,6 @@ def _result(built, stem):
     return res
 
 
-@pytest.fixture(autouse=True)
-def _chdir_root(monkeypatch):
-    monkeypatch.chdir(ROOT)
-
-
 @pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_spec_builds(built, path):
     res = _result(built, path.stem)
@@ -70,8 +66,9 @@ def test_spec_builds(built, path):
         assert (res.directory / f"{k['symbol']}.o").stat().st_size > 10_000
     if kernels:
         assert (res.directory / manifest["library"]).is_file()
-    for f in ("kernel.py", "lowered.json", "spec.yaml", "spec.normalized.json", "build.log"):
+    for f in ("lowered.json", "spec.yaml", "spec.normalized.json", "build.log"):
         assert (res.directory / f).is_file()
+    assert (res.directory / "kernel.py").is_file() == bool(kernels)  # host-only: no kernel.py
 
 
 def _epilogue_names(step) -> set:
@@ -108,9 +105,10 @@ def test_manifest_epilogue_arguments_are_the_specs(built, path):
             assert f["dtype"] in ("bf16", "fp16", "fp32", "int32", "int64")
 
 
-@pytest.mark.skipif(nvdisasm_path() is None, reason="triton's nvdisasm not found")
 @pytest.mark.parametrize("path", GEMM_SPECS, ids=[p.stem for p in GEMM_SPECS])
 def test_cubins_are_sm90a_with_tma_and_no_local_memory(built, path, tmp_path):
+    if nvdisasm_path() is None:  # asked here, not at import: finding it imports triton
+        pytest.skip("triton's nvdisasm not found")
     res = _result(built, path.stem)
     manifest = json.loads((res.directory / "manifest.json").read_text())
     for k in [s for s in manifest["steps"] + manifest["backward_steps"] if s["kind"] == "kernel"]:
@@ -143,14 +141,6 @@ def test_rebuild_is_a_cache_hit_without_torch_or_quack(built):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "cache hit" in res.stdout
-
-
-def test_stop_after_lower_keeps_intermediates_and_is_not_complete(tmp_path):
-    res = build_spec("specs/f2_deferred_norm.yaml", BuildOptions(out=tmp_path, stop_after="lower"))
-    assert not res.complete
-    assert (res.directory / "kernel.py").is_file()
-    assert not (res.directory / "manifest.json").exists()
-    assert not (tmp_path / "f2_deferred_norm-latest").exists()
 
 
 def test_killed_build_leaves_nothing_that_looks_complete(tmp_path):
@@ -201,95 +191,3 @@ def test_two_concurrent_builds_of_one_spec_are_safe(tmp_path):
     dirs = [d for d in tmp_path.iterdir() if d.is_dir() and not d.is_symlink()]
     assert len(dirs) == 1 and (dirs[0] / "manifest.json").is_file()
     assert (tmp_path / "f8_scale-latest" / "manifest.json").is_file()
-
-
-@pytest.mark.parametrize(
-    "config,fragment",
-    [
-        ("128x256,pingpong", "pingpong at tile_M=128 needs tile_N <= 208"),
-        ("100x256", "cooperative needs tile_M"),
-        ("128x256,cluster=4x2", "cluster size"),
-    ],
-)
-def test_unsupported_config_is_refused_with_exit_2(tmp_path, config, fragment):
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coda_spec.cli",
-            "build",
-            "specs/f2_deferred_norm.yaml",
-            "-o",
-            str(tmp_path),
-            "--config",
-            config,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert fragment in res.stderr
-    assert "Traceback" not in res.stderr
-
-
-def test_runtime_imports_neither_cutlass_nor_quack():
-    code = (
-        "import sys, coda_spec, coda_spec.runtime;"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('quack', 'cutlass')];"
-        "assert not bad, bad"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=dict(os.environ)
-    )
-    assert res.returncode == 0, res.stderr
-
-
-def test_config_a_primitive_cannot_support_is_refused_at_its_line(tmp_path):
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coda_spec.cli",
-            "build",
-            "specs/f6_swiglu.yaml",
-            "-o",
-            str(tmp_path),
-            "--config",
-            "128x144",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 2
-    assert res.stderr.startswith(
-        "specs/f6_swiglu.yaml:19:9: error: steps[0].epilogue[1]: "
-        "cannot lower 'swiglu': a half-width (gated) output needs "
-        "tile_N divisible by 32, not 144"
-    )
-    assert not any(tmp_path.iterdir()), "nothing is written for a refused config"
-
-
-def test_compile_failure_is_mapped_to_the_spec_line_of_the_generated_statement(tmp_path):
-    from coda_spec.build import _compile_diag
-    from coda_spec.config import BuildConfig
-    from coda_spec.lower.module import lower_spec
-
-    checked = check_file("specs/rmsnorm_chain.yaml")
-    source = lower_spec(checked, BuildConfig()).source
-    work = tmp_path / ".tmp-rmsnorm_chain-0123456789ab-42"
-    work.mkdir()
-    (work / "kernel.py").write_text(source)
-    target = next(
-        i for i, ln in enumerate(source.splitlines(), 1) if ln.strip() == "h = x1 * gamma"
-    )
-    (work / "coda_out_proj.error.txt").write_text(
-        "Traceback (most recent call last):\n"
-        f'  File "{work}/kernel.py", line {target}, in coda_out_proj\n'
-        "    h = x1 * gamma\nValueError: something the DSL did not like\n"
-    )
-    d = _compile_diag(checked, work, "coda_out_proj", tmp_path)
-    assert (d.line, d.path) == (20, "out_proj")  # rmsnorm_chain.yaml:20 is the mul item
-    assert "ValueError: something the DSL did not like" in d.message
-    assert "rmsnorm_chain-0123456789ab.failed/coda_out_proj.error.txt" in d.hint

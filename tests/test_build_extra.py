@@ -19,15 +19,13 @@ from coda_spec import build as build_mod
 from coda_spec.build import BuildOptions, build_spec
 from coda_spec.cli import main
 from coda_spec.errors import EXIT_OK, EXIT_TOOL_FAILURE, ToolError
-from tests.conftest import ROOT
+from tests.conftest import needs_triton
 
 KERNEL_SPEC = "specs/f8_scale.yaml"
 HOST_ONLY_SPEC = "specs/b3_rope_bwd.yaml"
 
 
-@pytest.fixture(autouse=True)
-def _chdir_root(monkeypatch):
-    monkeypatch.chdir(ROOT)
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 def _hide(monkeypatch, *modules):
@@ -83,6 +81,7 @@ def test_missing_build_extra_with_stop_after_lower_still_lowers(monkeypatch, tmp
     assert (res.directory / "kernel.py").is_file()
 
 
+@needs_triton  # the host steps still compile, through Triton
 def test_host_only_spec_builds_without_build_extra(monkeypatch, tmp_path):
     _hide(monkeypatch, "quack", "cutlass")
     result = _build([HOST_ONLY_SPEC, "-o", str(tmp_path)])
@@ -126,5 +125,6 @@ def test_stop_after_a_check_stage_runs_nothing_later(stop, spec, exit_code, tmp_
     result = _build([spec, "--stop-after", stop, "-o", str(tmp_path)])
     assert result.exit_code == exit_code, result.output
     if exit_code == EXIT_OK:
-        assert f"stopped after {stop} (nothing written)" in result.output
+        assert f"stopped after {stop} (" in result.output
+        assert "nothing written" in result.output
     assert not list(tmp_path.iterdir())

@@ -79,6 +79,7 @@ def test_golden_ir(path):
     assert_golden(ROOT / "tests" / "golden" / "ir" / f"{path.stem}.json", text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_spec_math_equals_unfused_math(path):
     checked = small(check_file(path))
@@ -88,6 +89,7 @@ def test_spec_math_equals_unfused_math(path):
     assert bad == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_every_mutation_is_caught(path):
     checked = small(check_file(path))

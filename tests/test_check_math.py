@@ -17,17 +17,12 @@ from click.testing import CliRunner
 
 from coda_spec import cli
 from coda_spec.errors import EXIT_MISMATCH, EXIT_OK, EXIT_TOOL_FAILURE
-from coda_spec.frontend import check_file, check_source
+from coda_spec.frontend import check_file
 from coda_spec.mathcheck import diagnostics, prove, small
-from coda_spec.source import parse_text
-from tests.conftest import ROOT
+from tests.conftest import ROOT, checked_text, coda_check
 
 MATH = ROOT / "tests" / "math_specs"
 BUNDLED = sorted((ROOT / "specs").glob("*.yaml"))
-
-
-def _check(*args):
-    return CliRunner().invoke(cli.main, ["check", *map(str, args)])
 
 
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
@@ -39,8 +34,9 @@ def test_bundled_spec_is_proven(path):
     assert len(report.proofs) == want  # every output has a proof: none skipped
 
 
+@pytest.mark.slow
 def test_cli_math_all_bundled_specs_exit_0():
-    res = _check("--math", ROOT / "specs")
+    res = coda_check("--math", ROOT / "specs")
     assert res.exit_code == EXIT_OK, res.output
     assert f"{len(BUNDLED)} valid and proven" in res.output
     assert "8/8 backward outputs equal autograd" in res.output  # llama_block
@@ -48,8 +44,8 @@ def test_cli_math_all_bundled_specs_exit_0():
 
 def test_wrong_equivalent_to_passes_check_but_not_math():
     path = MATH / "wrong_equivalent_swapped.yaml"
-    assert _check(path).exit_code == EXIT_OK
-    res = _check("--math", path)
+    assert coda_check(path).exit_code == EXIT_OK
+    res = coda_check("--math", path)
     assert res.exit_code == EXIT_MISMATCH, res.output
     line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "out = silu(up)" in t)
     assert f"{path}:{line}:3: error: equivalent_to: forward output 'out' differs" in res.output
@@ -60,8 +56,8 @@ def test_wrong_equivalent_to_passes_check_but_not_math():
 
 def test_wrong_backward_passes_check_but_not_math():
     path = MATH / "wrong_backward_dswiglu.yaml"
-    assert _check(path).exit_code == EXIT_OK
-    res = _check("--math", path)
+    assert coda_check(path).exit_code == EXIT_OK
+    res = coda_check("--math", path)
     assert res.exit_code == EXIT_MISMATCH, res.output
     lines = path.read_text().splitlines()
     store_dz = next(i for i, t in enumerate(lines, 1) if "{store: dz}" in t)
@@ -88,7 +84,7 @@ def test_gradient_of_an_intermediate_is_proven():
 
 
 def test_math_json_format():
-    res = _check("--math", "--format", "json", MATH / "wrong_equivalent_swapped.yaml")
+    res = coda_check("--math", "--format", "json", MATH / "wrong_equivalent_swapped.yaml")
     assert res.exit_code == EXIT_MISMATCH
     (d,) = json.loads(res.stdout)
     assert d["path"] == "equivalent_to" and "forward output 'out' differs" in d["message"]
@@ -116,18 +112,14 @@ def _math(tmp_path, text):
     """Write ``text`` as a spec and run ``coda check --math`` on it: (file, result)."""
     f = tmp_path / "spec.yaml"
     f.write_text(text)
-    return f, _check("--math", f)
-
-
-def _checked(text):
-    return check_source(parse_text("t.yaml", text))
+    return f, coda_check("--math", f)
 
 
 def test_no_equivalent_to_is_unproven(tmp_path):
     f = tmp_path / "noeq.yaml"
     f.write_text(SPEC)
-    assert _check(f).exit_code == EXIT_OK
-    res = _check("--math", f)
+    assert coda_check(f).exit_code == EXIT_OK
+    res = coda_check("--math", f)
     assert res.exit_code == EXIT_MISMATCH
     assert "nothing proves this spec's 2 output(s): it has no equivalent_to" in res.output
 
@@ -149,7 +141,7 @@ def test_backward_output_that_is_not_a_gradient():
     """A backward output outside backward.grads: a warning from check, unproven for --math."""
     text = (MATH / "geglu_fwd_bwd.yaml").read_text()
     text = text.replace("    dw_gu: w_gu\n", "")
-    checked = _checked(text)
+    checked = checked_text(text, "t.yaml")
     warn = [w for w in checked.analysis.warnings if "dw_gu" in w.message]
     assert warn and "cannot prove it" in warn[0].message
     report = prove(checked)
@@ -174,7 +166,7 @@ def test_math_without_torch_is_a_tool_failure(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a)
     )
-    res = _check("--math", ROOT / "specs" / "f8_scale.yaml")
+    res = coda_check("--math", ROOT / "specs" / "f8_scale.yaml")
     assert res.exit_code == EXIT_TOOL_FAILURE
     assert "needs PyTorch (the CPU build is enough)" in res.output
 
@@ -190,6 +182,6 @@ def test_help_summaries_are_whole_sentences():
 
 def test_math_shrinks_only_to_dims_a_derive_follows():
     """A derive with a fixed head count cannot follow every shrink: --math picks dims it can."""
-    res = _check("--math", ROOT / "tests" / "specs_extra" / "ragged_fixed_derive.yaml")
+    res = coda_check("--math", ROOT / "tests" / "specs_extra" / "ragged_fixed_derive.yaml")
     assert res.exit_code == EXIT_OK, res.output
     assert "forward outputs equal equivalent_to" in res.output

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from coda_spec import cli
 from coda_spec.build import BuildOptions, build_spec
 from coda_spec.config import BuildConfig, config_tag, config_text, parse_config, parse_configs
-from tests.conftest import ROOT
+from tests.conftest import ROOT, needs_build
 
 
 @pytest.mark.parametrize(
@@ -94,12 +94,13 @@ B2_SPLITS = {  # config -> (epilogue subtile, A/B stages, D stages, C stages), Q
 
 @pytest.fixture(scope="module")
 def b2_knob_build(tmp_path_factory):
-    pytest.importorskip("quack", reason="needs the [build] extra")
     configs = parse_configs(";".join(B2_SPLITS))
     opts = BuildOptions(out=tmp_path_factory.mktemp("knobs"), config=configs[0], configs=configs)
     return build_spec(ROOT / "specs" / "b2_dgrad_dswiglu.yaml", opts)
 
 
+@pytest.mark.slow
+@needs_build
 @pytest.mark.parametrize("text", list(B2_SPLITS), ids=["default", "epi16", "cstages2"])
 def test_knobs_change_quacks_smem_split(b2_knob_build, text):
     from coda_spec import artifact
@@ -113,6 +114,8 @@ def test_knobs_change_quacks_smem_split(b2_knob_build, text):
     assert (s["epi_tile"], s["ab"], s["epi"], s["c"]) == B2_SPLITS[text]
 
 
+@pytest.mark.slow
+@needs_build
 def test_the_knobs_leave_quack_as_they_found_it(b2_knob_build):
     """The adapter overrides QuACK's class-level rules for one compile only."""
     from quack.gemm_sm90 import GemmSm90
@@ -125,6 +128,8 @@ def test_the_knobs_leave_quack_as_they_found_it(b2_knob_build):
     assert {n: GemmSm90.__dict__[n] for n in KNOB_HOOKS} == before
 
 
+@pytest.mark.slow
+@needs_build
 def test_the_build_notes_a_starved_mainloop(b2_knob_build):
     """Only the default variant (2 A/B stages) gets the note, with the fix named."""
     log = (b2_knob_build.directory / "build.log").read_text()

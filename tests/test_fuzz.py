@@ -1,7 +1,8 @@
 """Fuzzing ``coda check``: no input, however hostile, may crash it.
 
 Every input must either pass every check stage or raise :class:`SpecError` whose diagnostics are
-all located (file set, line >= 0 and within the file, col >= 0, message non-empty). Anything else
+all located (file set, line >= 0 and within the file, col >= 0, message non-empty): the library
+half of the one oracle for invalid specs, ``tests.conftest.check_oracle``. Anything else
 (KeyError, TypeError, RecursionError, ...) is a bug in coda.
 
 Three families:
@@ -18,7 +19,10 @@ c. text-level edits of every bundled spec (truncate, delete/duplicate/swap lines
 The runs are deterministic (``derandomize=True``) and bounded (about 2,800 examples in all,
 whatever the number of specs). To hunt for new crashes, set ``CODA_FUZZ_EXAMPLES=20000`` (random
 seed, that many examples per test). Run with ``-s`` to see the example counts and how far the
-examples got: valid, or refused at load, schema or semantic analysis.
+examples got: valid, or refused at load, validate, normalize or analyze (``CHECK_STAGES``).
+
+The structure-aware family (b.) is the ``slow`` tier (about 30 s); a. and c. run in the quick
+one.
 """
 
 from __future__ import annotations
@@ -28,21 +32,17 @@ import os
 import re
 import string
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coda_spec.errors import SpecError
-from coda_spec.frontend import check_source
+from coda_spec.frontend import CHECK_STAGES
 from coda_spec.primitives import registry
-from coda_spec.source import decode_bytes, load_source, parse_text
-from coda_spec.validate import validate_source
+from coda_spec.source import load_source
+from tests.conftest import SPECS, check_oracle
 
-ROOT = Path(__file__).resolve().parent.parent
-SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HUNT = int(os.environ.get("CODA_FUZZ_EXAMPLES", "0"))
 
@@ -59,53 +59,18 @@ def _settings(examples: int):
 
 
 # ---------------------------------------------------------------------------------------------
-# The oracle
+# The oracle: tests.conftest.check_oracle, library half (every example would double in cost
+# through the CLI; tests/test_robustness.py runs the CLI half on the hostile files).
 
 
 def check_text(file: str, text: str) -> str:
-    """Run load + every check stage on ``text``. Crashes propagate.
-
-    Returns 'valid' or the stage that refused it: 'load', 'schema' or 'semantic'.
-    """
-    try:
-        src = parse_text(file, text)
-    except SpecError as e:
-        assert_located(e, file, text)
-        return "load"
-    try:
-        validate_source(src)  # run alone first only to tell schema errors from semantic ones
-    except SpecError as e:
-        assert_located(e, file, text)
-        return "schema"
-    try:
-        check_source(src)
-    except SpecError as e:
-        assert_located(e, file, text)
-        return "semantic"
-    return "valid"
+    """Every check stage on ``text``; 'valid' or the stage that refused it. Crashes propagate."""
+    return check_oracle(data=text, name=file, cli=False).stage
 
 
 def check_bytes(file: str, raw: bytes) -> str:
-    try:
-        text = decode_bytes(file, raw)
-    except SpecError as e:
-        assert_located(e, file, None)
-        return "load"
-    return check_text(file, text)
-
-
-def assert_located(e: SpecError, file: str, text: str | None) -> None:
-    assert e.diagnostics, "SpecError without diagnostics"
-    n_lines = max(1, len(text.splitlines())) if text is not None else None
-    for d in e.diagnostics:
-        where = f"{d.file}:{d.line}:{d.col}: {d.message!r}"
-        assert d.file == file, where
-        assert isinstance(d.line, int) and d.line >= 0, where
-        assert isinstance(d.col, int) and d.col >= 0, where
-        assert isinstance(d.message, str) and d.message.strip(), where
-        assert isinstance(d.path, str) and d.path, where
-        if n_lines is not None:
-            assert d.line <= n_lines, f"{where} is past the last line ({n_lines})"
+    """As :func:`check_text`, through the loader's size and encoding gate first."""
+    return check_oracle(data=raw, name=file, cli=False).stage
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +78,7 @@ def stats():
     """Per-test outcome counters; the summary prints at module teardown (visible with -s)."""
     table: dict[str, Counter] = {}
     yield table
-    print("\n\nfuzz summary: examples; fraction valid / refused at load, schema, semantics")
+    print("\n\nfuzz summary: examples; fraction valid / refused at each check stage")
     grand = Counter()
     for name, c in sorted(table.items()):
         grand.update(c)
@@ -121,7 +86,7 @@ def stats():
     print(f"  {'all':<40} {_row(grand)}")
 
 
-OUTCOMES = ("valid", "load", "schema", "semantic")
+OUTCOMES = ("valid", *(name for name, _ in CHECK_STAGES))
 
 
 def _row(c: Counter) -> str:
@@ -486,6 +451,7 @@ def _per_spec_examples() -> int:
     return max(40, 1200 // max(len(SPECS), 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
 def test_mutated_specs(spec, stats):
     base = load_source(spec).data

@@ -21,10 +21,9 @@ import sys
 import pytest
 
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_file, check_source
+from coda_spec.frontend import check_file
 from coda_spec.lower.host_kernel import HostKernelError, host_kernel
-from coda_spec.source import parse_text
-from tests.conftest import ROOT, SPECS, assert_golden
+from tests.conftest import ROOT, SPECS, assert_golden, checked_text, needs_triton
 
 GOLDEN = ROOT / "tests" / "golden" / "host_kernels"
 EXTRA = "tests/specs_extra"
@@ -79,9 +78,7 @@ CASES = {
 TOLERANCE = {"fp32": (1e-5, 1e-5), "bf16": (2**-8, 1e-5), "fp16": (2**-11, 1e-5)}
 
 
-@pytest.fixture(autouse=True)
-def _chdir_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # spec paths (and so generated comments) are relative to the repo
+pytestmark = pytest.mark.usefixtures("at_root")  # spec paths in generated comments: relative
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +113,8 @@ def _interpret(case: dict, tmp_path) -> dict:
     return torch.load(out)
 
 
+@pytest.mark.slow
+@needs_triton
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_kernel_matches_reference_under_interpreter(case, interpreted):
     import torch
@@ -132,6 +131,8 @@ def test_kernel_matches_reference_under_interpreter(case, interpreted):
             assert same >= 0.99, f"{name}: only {same:.1%} of elements equal after rounding"
 
 
+@pytest.mark.slow
+@needs_triton
 def test_b4_case_covers_ignored_and_masked_targets(interpreted):
     """The b4 case exercises what it claims: ignored rows (loss 0, gradient 0) and a target in
     the masked last chunk."""
@@ -217,6 +218,8 @@ def _compiler():
     return compile_kernel
 
 
+@pytest.mark.slow
+@needs_triton
 @pytest.mark.parametrize(
     "spec,step",
     [("b3_rope_bwd", "rope_bwd_zdz"), ("b4_ce_fwd_bwd", "ce_fwd_bwd")],
@@ -244,6 +247,8 @@ def test_compiles_to_a_cubin(spec, step, tmp_path):
     assert entry["folds"] == ["finalize_zdz"]
 
 
+@pytest.mark.slow
+@needs_triton
 @pytest.mark.parametrize("case", ["host_elementwise", "host_pairs", "host_gather"])
 def test_test_specs_compile(case, tmp_path):
     """The synthetic specs' kernels (every host lowering: 1, 2 and 4 lanes, masks, online
@@ -253,10 +258,6 @@ def test_test_specs_compile(case, tmp_path):
     for block in (None, c["block"]):
         kernel = host_kernel(check_file(c["spec"]), c["step"], block=block)
         assert compile_kernel(kernel, tmp_path / str(block))["hidden"] <= 2
-
-
-def _checked(text: str):
-    return check_source(parse_text("inline.yaml", text))
 
 
 HEADER = """\
@@ -290,7 +291,7 @@ def test_unsupported_primitive_is_a_clear_error():
 
 
 def test_second_pass_is_refused_naming_the_item():
-    checked = _checked(
+    checked = checked_text(
         HEADER
         + """\
       - {gather_col: x, index: t, as: xt}
@@ -308,7 +309,7 @@ outputs: {d: bf16}
 
 
 def test_grouped_row_reduction_is_refused():
-    checked = _checked(
+    checked = checked_text(
         HEADER
         + """\
       - {reduce_row: sumsq, of: x, group: 16, as: ss}

@@ -99,3 +99,91 @@ def test_cli_schema_prints_the_schema():
     out = CliRunner().invoke(main, ["schema"])
     assert out.exit_code == 0
     assert json.loads(out.output)["$id"] == "urn:coda:spec:1"
+
+
+# -- one file per primitive: discovery, derived item fields, the cache key -----------------------
+
+
+def test_registry_is_every_primitive_file_discovered():
+    """Each non-underscore module of the package (except base) is a primitive named after it."""
+    import importlib
+    from pathlib import Path
+
+    import coda_spec.primitives as package
+    from coda_spec.primitives import primitive_modules
+
+    files = sorted(
+        p.stem
+        for p in Path(package.__file__).parent.glob("*.py")
+        if not p.stem.startswith("_") and p.stem != "base"
+    )
+    assert list(primitive_modules()) == files
+    assert list(registry()) == files  # deterministic: sorted by name
+    for stem in files:
+        module = importlib.import_module(f"coda_spec.primitives.{stem}")
+        assert module.PRIMITIVE.name == stem, f"{stem}.py declares '{module.PRIMITIVE.name}'"
+
+
+def test_registry_refuses_a_primitive_named_unlike_its_file(monkeypatch):
+    from dataclasses import replace
+
+    from coda_spec.primitives import relu
+
+    monkeypatch.setattr(relu, "PRIMITIVE", replace(relu.PRIMITIVE, name="rectify"))
+    with pytest.raises(ImportError, match=r"relu\.py declares primitive 'rectify'"):
+        registry()
+
+
+def test_item_fields_are_derived_from_the_primitives():
+    from coda_spec.validate import item_fields
+
+    prims = registry()
+    fields = item_fields(prims)
+    for name, p in prims.items():
+        assert set(p.schema["properties"]) - {name} <= fields, name
+    assert not fields & set(prims)  # a primitive's own key is never a mere field
+    assert {"as", "doc", "of", "by", "cap"} <= fields
+
+
+def test_unknown_primitive_still_gets_did_you_mean():
+    from coda_spec.errors import SpecError
+    from coda_spec.frontend import check_source
+    from coda_spec.source import parse_text
+
+    text = (
+        "coda: 1\nname: t\ntensors:\n  x: {shape: [64, 64], dtype: bf16}\n"
+        "steps:\n  - kernel: k\n    gemm: {a: x, b: x.T}\n    epilogue:\n"
+        "      - {relux: acc, cap: 2.0, as: y}\n      - {store: y}\noutputs: {y: bf16}\n"
+    )
+    with pytest.raises(SpecError) as e:
+        check_source(parse_text("t.yaml", text))
+    [d] = e.value.diagnostics
+    assert (d.line, d.col, d.message) == (9, 10, "unknown primitive 'relux'")
+    assert "relu" in d.hint
+
+
+def _hash(path):
+    from types import SimpleNamespace
+
+    from coda_spec.build import build_hash
+    from coda_spec.config import BuildConfig
+    from coda_spec.frontend import check_file
+
+    return build_hash(check_file(path), BuildConfig(), SimpleNamespace(source="kernel"), ())
+
+
+def test_build_hash_includes_the_versions_of_used_primitives(monkeypatch):
+    from dataclasses import replace
+
+    from coda_spec.frontend import check_file
+    from coda_spec.primitives import cache_keys, relu, softcap
+    from tests.conftest import ROOT
+
+    spec = ROOT / "tests" / "specs_extra" / "softcap_logits.yaml"
+    assert cache_keys(check_file(spec).spec) == [["softcap", 1], ["store", 1]]
+    before = _hash(spec)
+    monkeypatch.setattr(relu, "PRIMITIVE", replace(relu.PRIMITIVE, version=2))  # unused
+    assert _hash(spec) == before
+    monkeypatch.setattr(softcap, "PRIMITIVE", replace(softcap.PRIMITIVE, version=2))  # used
+    assert cache_keys(check_file(spec).spec) == [["softcap", 2], ["store", 1]]
+    assert _hash(spec) != before

@@ -2,9 +2,10 @@
 
 Each case is a file's bytes and the outcome it must have: ``valid`` (exit 0), ``invalid`` (a
 :class:`SpecError` whose diagnostics are all located; exit 2) or ``any`` (either, as long as it is
-clean). Every case runs through the library (``load_source`` + ``check_source``) and through the
-CLI (``click.testing.CliRunner`` on ``coda_spec.cli.main``); a few also run as a real subprocess.
-No output may contain a Python traceback, and the exit code is always 0, 1 or 2.
+clean). Every case goes through the one oracle for invalid specs, ``tests.conftest.check_oracle``:
+the library's check stages and ``coda check`` in-process (text and JSON) must agree, every
+diagnostic is located, no output holds a Python traceback, and the exit code is 0, 1 or 2. A few
+cases also run as a real subprocess (marked ``slow``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from coda_spec.cli import main
 from coda_spec.errors import SpecError, ToolError
-from coda_spec.frontend import check_source
 from coda_spec.source import MAX_BYTES, MAX_DEPTH, load_source
+from tests.conftest import ROOT, check_oracle, coda_check
 
-ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "specs" / "rmsnorm_chain.yaml"
 GOOD = SPEC.read_bytes()
 
@@ -238,66 +236,22 @@ for _id, _head, _group in [
 EXIT = {"valid": {0}, "invalid": {2}, "any": {0, 2}}
 
 
-def _assert_located(e: SpecError, file: str, text: str | None) -> None:
-    assert e.diagnostics
-    n_lines = max(1, len(text.splitlines())) if text is not None else None
-    for d in e.diagnostics:
-        where = f"{d.file}:{d.line}:{d.col}: {d.message[:200]!r}"
-        assert d.file == file, where
-        assert isinstance(d.line, int) and d.line >= 0, where
-        assert isinstance(d.col, int) and d.col >= 0, where
-        assert d.message.strip() and d.path, where
-        if n_lines is not None:
-            assert d.line <= n_lines, where
-
-
-def _check_library(path: Path) -> tuple[str, SpecError | None]:
-    try:
-        src = load_source(path)
-    except SpecError as e:
-        _assert_located(e, str(path), None)
-        return "invalid", e
-    try:
-        check_source(src)
-    except SpecError as e:
-        _assert_located(e, str(path), src.text)
-        return "invalid", e
-    return "valid", None
-
-
 def _cli(args) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(map(str, args)))
-    if result.exception is not None:
-        assert isinstance(result.exception, SystemExit), repr(result.exception)
-    out = result.output + (result.stderr if result.stderr_bytes is not None else "")
-    assert "Traceback" not in out
-    assert result.exit_code in (0, 1, 2)
-    return result.exit_code, out
+    run = coda_check(*args)
+    return run.exit_code, run.output
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_hostile_file(name, tmp_path):
+def test_hostile_file(name):
     data, expected, needle = CASES[name]
     assert data != GOOD, "the edit did not apply: has specs/rmsnorm_chain.yaml changed?"
-    path = tmp_path / f"{name}.yaml"
-    path.write_bytes(data)
-
-    outcome, error = _check_library(path)
+    verdict = check_oracle(data=data, name=f"{name}.yaml")
+    outcome = "valid" if verdict.valid else "invalid"
     if expected != "any":
-        assert outcome == expected, error and [d.message[:200] for d in error.diagnostics]
+        assert outcome == expected, verdict.error and [d.message[:200] for d in verdict.diagnostics]
     if needle is not None:
-        assert error is not None and needle in error.diagnostics[0].message, error
-
-    code, out = _cli(["check", path])
-    assert code in EXIT[expected], out[-2000:]
-    assert code == (0 if outcome == "valid" else 2), out[-2000:]
-    if outcome == "invalid":
-        assert f"{path}:" in out
-
-    code, out = _cli(["check", "--format", "json", path])
-    assert code == (0 if outcome == "valid" else 2)
-    diags = json.loads(out[out.index("[") :])
-    assert all(d["severity"] in ("error", "warning", "note") for d in diags)
+        assert verdict.error is not None and needle in verdict.diagnostics[0].message, verdict
+    assert verdict.text.exit_code in EXIT[expected], verdict.text.output[-2000:]
 
 
 def test_duplicate_key_names_both_places(tmp_path):
@@ -309,7 +263,7 @@ def test_duplicate_key_names_both_places(tmp_path):
     first, second = _line_of(DUP_NAME, b"name: rmsnorm_chain"), _line_of(DUP_NAME, b"name: other")
     assert (d.line, d.col) == (second, 1)
     assert f"line {first}" in d.hint
-    code, out = _cli(["check", path])
+    code, out = _cli([path])
     assert code == 2 and f"{path}:{second}:1:" in out and f"line {first}" in out
 
 
@@ -359,17 +313,17 @@ def test_directory_as_path_library(tmp_path):
 def test_directory_as_path_cli(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    code, out = _cli(["check", empty])
+    code, out = _cli([empty])
     assert code == 1 and "no spec files" in out
 
     full = tmp_path / "full"
     (full / "nested.yaml").mkdir(parents=True)  # a directory that looks like a spec
     (full / "a.yaml").write_bytes(GOOD)
-    code, out = _cli(["check", full])
+    code, out = _cli([full])
     assert code == 0, out
     assert "1 spec(s): 1 valid" in out
 
-    code, out = _cli(["check", full / "nested.yaml"])  # a directory named like a spec
+    code, out = _cli([full / "nested.yaml"])  # a directory named like a spec
     assert code == 1 and "no spec files" in out
 
 
@@ -377,17 +331,17 @@ def test_missing_file(tmp_path):
     missing = tmp_path / "missing.yaml"
     with pytest.raises(ToolError):
         load_source(missing)
-    code, out = _cli(["check", missing])
+    code, out = _cli([missing])
     assert code == 1, out
     assert "missing.yaml" in out and "cannot read" in out
 
 
 def test_odd_paths(tmp_path):
-    code, out = _cli(["check", "nul\0in-path.yaml"])  # only the API or CliRunner can pass this
+    code, out = _cli(["nul\0in-path.yaml"])  # only the API or CliRunner can pass this
     assert code == 1 and "cannot read" in out
     with pytest.raises(ToolError):
         load_source("nul\0in-path.yaml")
-    code, out = _cli(["check", tmp_path / ("x" * 5000 + ".yaml")])
+    code, out = _cli([tmp_path / ("x" * 5000 + ".yaml")])
     assert code == 1 and "cannot read" in out
 
     tree = tmp_path / "tree"
@@ -396,18 +350,18 @@ def test_odd_paths(tmp_path):
     (tree / "sub" / "up").symlink_to("..")  # a symlink loop
     (tree / "self.yaml").symlink_to("self.yaml")
     (tree / "broken.yaml").symlink_to("nowhere.yaml")
-    code, out = _cli(["check", tree])
+    code, out = _cli([tree])
     assert code == 0, out
-    code, out = _cli(["check", tree / "broken.yaml"])
+    code, out = _cli([tree / "broken.yaml"])
     assert code == 1 and "cannot read" in out
-    code, out = _cli(["check", tree / "self.yaml"])
+    code, out = _cli([tree / "self.yaml"])
     assert code == 1 and "cannot read" in out
 
 
 def test_missing_file_beats_invalid_spec(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"42\n")
-    code, out = _cli(["check", bad, tmp_path / "missing.yaml", SPEC])
+    code, out = _cli([bad, tmp_path / "missing.yaml", SPEC])
     assert code == 1, out
     assert "ok: " in out and "mapping at top level" in out
 
@@ -417,8 +371,8 @@ def test_unreadable_special_file():
     zero = Path("/dev/zero")
     if not zero.exists():
         pytest.skip("no /dev/zero")
-    code, out = _cli(["check", zero])
-    assert code == 2 and "larger than" in out
+    verdict = check_oracle(zero)
+    assert verdict.stage == "load" and "larger than" in verdict.diagnostics[0].message
 
 
 def test_all_cases_in_one_cli_run(tmp_path):
@@ -426,9 +380,9 @@ def test_all_cases_in_one_cli_run(tmp_path):
     for name, (data, _, _) in CASES.items():
         paths.append(tmp_path / f"{name}.yaml")
         paths[-1].write_bytes(data)
-    code, out = _cli(["check", *paths])
+    code, out = _cli([*paths])
     assert code == 2, out[-2000:]
-    code, out = _cli(["check", tmp_path])
+    code, out = _cli([tmp_path])
     assert code == 2, out[-2000:]
 
 
@@ -448,6 +402,7 @@ def _assert_no_crash(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode in (0, 1, 2), proc.returncode
 
 
+@pytest.mark.slow
 def test_subprocess_hostile_files(tmp_path):
     names = [
         "binary_garbage",
@@ -499,6 +454,7 @@ def test_subprocess_bad_arguments():
         _assert_no_crash(proc)
 
 
+@pytest.mark.slow
 def test_check_imports_no_gpu_stack():
     """``coda check`` stays light: neither torch nor quack nor cutlass gets imported."""
     code = (

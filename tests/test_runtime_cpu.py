@@ -1,12 +1,14 @@
-"""``coda_spec.runtime`` without a GPU (CI): validation, manifest format 3 (and format-2 builds),
-inputs read only by ``derive``/``equivalent_to``, and empty calls (M = 0).
+"""``coda_spec.runtime`` without a GPU (CI): validation, manifest format 6 (shape expressions;
+older formats refused), inputs read only by ``derive``/``equivalent_to``, and empty calls (M = 0).
 
 No compile: a build directory is a shrunk spec plus the manifest ``coda build`` would write
 (``tests.test_verify_cpu.fake_manifest``). The ``cpu`` fixture patches
-``runtime._current_device`` to the CPU (so CPU tensors pass the device check) and the kernel
-loader to fail the test: anything that would launch a kernel is caught. An M = 0 call must run to
-the end like that, and agree with the reference interpreter on the documented rule for
-reductions over nothing (sum and mean 0, max and logsumexp -inf, per-row statistics empty).
+``runtime._current_device`` to the CPU (so CPU tensors pass the device check), the GEMM kernel
+loader to fail the test (anything that would launch a GEMM is caught) and the compiled host steps
+and finalizes to their torch emulation (``tests.emulate``; a CPU has no cubin to launch). An
+M = 0 call must run to the end like that, and agree with the reference interpreter on the
+documented rule for reductions over nothing (sum and mean 0, max and logsumexp -inf, per-row
+statistics empty).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from coda_spec.reference import run as ref_run
 from coda_spec.runtime import Chain, CodaRuntimeError
 from coda_spec.source import parse_text
 from tests.conftest import ROOT
+from tests.emulate import emulate_compiled
 from tests.test_verify_cpu import fake_manifest
 
 EXTRA = ROOT / "tests" / "specs_extra"
@@ -37,7 +40,7 @@ SHRINK = {"D": 512, "F": 512, "V": 512, "KV": 256}  # static dims, so CPU tensor
 SPECS = {  # name -> (spec file, the dims to shrink)
     **{p.stem: (p, SHRINK) for p in sorted((ROOT / "specs").glob("*.yaml"))},
     "derive_only_inputs": (EXTRA / "derive_only_inputs.yaml", {}),
-    "empty_reductions": (EXTRA / "empty_reductions.yaml", {}),
+    "empty_folds": (EXTRA / "empty_folds.yaml", {}),
 }
 
 
@@ -77,6 +80,7 @@ def cpu(monkeypatch):
         raise AssertionError(f"kernel {symbol} would launch")
 
     monkeypatch.setattr(Chain, "_fn", no_launch)
+    emulate_compiled(monkeypatch)
 
 
 def _inputs(checked, m: int, seed: int = 0):
@@ -104,7 +108,7 @@ def _add_to_roots(manifest) -> dict:
 
 # -- M = 0 -----------------------------------------------------------------------------------
 
-EMPTY_CHAINS = [*(p.stem for p in sorted((ROOT / "specs").glob("*.yaml"))), "empty_reductions"]
+EMPTY_CHAINS = [*(p.stem for p in sorted((ROOT / "specs").glob("*.yaml"))), "empty_folds"]
 
 
 @pytest.mark.parametrize("name", EMPTY_CHAINS)
@@ -147,17 +151,17 @@ def test_empty_call(name, tmp_path, cpu):
         assert tuple(got.shape) == eval_shape(o["shape"], sizes), o["name"]
         assert got.dtype == TORCH_DTYPES[o["dtype"]], o["name"]
         torch.testing.assert_close(got.double(), ref[o["name"]].double(), rtol=1e-6, atol=0)
-        if "M" not in o["shape"] and name != "empty_reductions":
+        if "M" not in o["shape"] and name != "empty_folds":
             assert got.numel() and bool((got == 0).all()), f"{o['name']} is not all zero"
         if o["name"] in roots:
             assert got is given[roots[o["name"]]], f"{o['name']} is not its add_to tensor"
 
 
 def test_empty_reductions_rule(tmp_path, cpu):
-    """The documented values of reductions over nothing, in a launch-free kernel and in a host
-    step: sum 0, mean 0 (not 0/0), rsqrt_mean rsqrt(eps), max / absmax -inf; logsumexp per row
-    is empty. The reference interpreter (fp64 and lowp) gives the same."""
-    d, checked = make_build(tmp_path, "empty_reductions")
+    """The documented values of reductions over nothing, from a launch-free kernel's partials
+    through the finalizes: sum 0, mean 0 (not 0/0), rsqrt_mean rsqrt(eps), max / absmax -inf;
+    logsumexp per row is empty. The reference interpreter (fp64 and lowp) gives the same."""
+    d, checked = make_build(tmp_path, "empty_folds")
     sizes, low = _inputs(checked, 0)
     out = runtime.load(d)(**low)
     n = 256
@@ -179,7 +183,7 @@ def test_empty_reductions_rule(tmp_path, cpu):
 def test_reference_empty_reductions_at_m1_are_ordinary(tmp_path):
     """The empty rule touches only empty axes: at M = 1 the same spec's reference reductions
     are the plain values (max of one row is that row)."""
-    _, checked = make_build(tmp_path, "empty_reductions")
+    _, checked = make_build(tmp_path, "empty_folds")
     sizes, low = _inputs(checked, 1)
     ref = ref_run(checked.analysis, low, "fp64", sizes)
     y = low["x"].double() @ low["w"].double().T
@@ -295,13 +299,13 @@ def test_size_one_dims_get_canonical_strides():
     assert runtime._dense_strides((3, 0, 2)) == torch.empty(3, 0, 2).stride()
 
 
-# -- manifest format 3 / 2 and inputs no step reads -------------------------------------------
+# -- manifest format 6 and inputs no step reads -----------------------------------------------
 
 
 def test_manifest_marks_required_inputs(tmp_path):
     d, _ = make_build(tmp_path, "derive_only_inputs")
     m = json.loads((d / "manifest.json").read_text())
-    assert m["format"] == artifact.FORMAT_VERSION == 5
+    assert m["format"] == artifact.FORMAT_VERSION == 6
     required = {i["name"]: i["required"] for i in m["inputs"]}
     assert required == {
         "x": False,
@@ -322,27 +326,20 @@ def test_bundled_specs_require_what_their_steps_read(tmp_path):
     assert all(i["required"] for i in m["inputs"])
 
 
-def test_format2_manifest_still_loads(tmp_path, cpu):
-    """A format-2 build (no ``required``) loads, and every input is required."""
+def test_a_manifest_without_a_compiled_finalize_is_refused(tmp_path):
+    """A finalize (or host step) without its compiled kernel is refused at load: the runtime
+    has no torch fallback."""
 
-    def as_format2(m):
-        m["format"] = 2
-        for i in m["inputs"]:
-            del i["required"]
+    def drop_launch(m):
+        step = next(s for s in m["steps"] if s["kind"] == "finalize")
+        del step["launch"]
 
-    d, checked = make_build(tmp_path, "derive_only_inputs", as_format2)
-    chain = runtime.load(d)
-    assert chain.manifest["format"] == 2
-    assert chain.required_inputs == ["x", "gamma", "h", "r", "ms", "w"]
-    sizes, low = _inputs(checked, 0)
-    out = chain(**low)
-    assert tuple(out["out"].shape) == (0, 512)
-    low.pop("x")
-    with pytest.raises(CodaRuntimeError, match=r"missing input\(s\) \['x'\]"):
-        chain(**low)
+    d, _ = make_build(tmp_path, "rmsnorm_chain", drop_launch)
+    with pytest.raises(CodaRuntimeError, match="finalize step 'finalize_r' has no compiled"):
+        runtime.load(d)
 
 
-@pytest.mark.parametrize("fmt", [1, 6, None])
+@pytest.mark.parametrize("fmt", [1, 2, 5, 7, None])
 def test_unknown_manifest_format_is_refused(fmt, tmp_path):
     def edit(m):
         m["format"] = fmt
@@ -419,6 +416,7 @@ FRONT_END = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama_block", "b4_ce_fwd_bwd", "rmsnorm_chain"])
 def test_a_call_imports_no_front_end(name, tmp_path):
     """``import coda_spec.runtime``, ``load`` and forward+backward calls (M = 0 on the CPU)
@@ -434,6 +432,8 @@ def test_a_call_imports_no_front_end(name, tmp_path):
 import sys, torch
 from coda_spec import runtime
 runtime._current_device = lambda: torch.device("cpu")
+from coda_spec import launch
+launch.Cubin.launch = lambda self, *a: None  # a CPU has no driver; outputs stay as allocated
 chain = runtime.load({str(d)!r}, tuned=False)
 call = torch.load({str(tmp_path / "call.pt")!r})
 env = chain.run(call["inputs"], grads=call["grads"])

@@ -25,16 +25,18 @@ from click.testing import CliRunner
 
 from coda_spec import artifact, cli, runtime
 from coda_spec import tune as T
+from coda_spec import tune_table as TT
 from coda_spec import verify as V
+from coda_spec import verify_report as R
+from coda_spec.artifact import eval_shape
 from coda_spec.bench.driver import Options
 from coda_spec.config import BuildConfig, config_tag, config_text
-from coda_spec.errors import SpecError
 from coda_spec.frontend import check_source, with_dims
 from coda_spec.lower import module as lower_module
 from coda_spec.runtime import Chain
 from coda_spec.source import parse_text
 from tests.conftest import ROOT
-from tests.emulate import emulate
+from tests.emulate import emulate, emulate_compiled
 from tests.test_bench_cpu import FakeClock
 from tests.test_runtime_cpu import _inputs, _shrunk, make_build
 from tests.test_verify_cpu import FakeChain, fake_manifest
@@ -84,14 +86,6 @@ def variant_build(tmp_path, name="rmsnorm_chain", configs=(PP, C1)):
     return d, checked
 
 
-def as_format3(manifest: dict) -> dict:
-    manifest["format"] = 3
-    manifest.pop("configs", None)
-    for s in manifest["steps"] + manifest["backward_steps"]:
-        s.pop("variants", None)
-    return manifest
-
-
 def table(build: str, kernels: dict, gpu: str = GPU) -> dict:
     """A tune file's data: ``kernels`` = {step: [(dims, m_max, config text), ...]}."""
     rows = {
@@ -103,10 +97,12 @@ def table(build: str, kernels: dict, gpu: str = GPU) -> dict:
 
 @pytest.fixture
 def cpu(monkeypatch):
-    """The device check accepts CPU tensors and the device is called NVIDIA H200."""
+    """The device check accepts CPU tensors and the device is called NVIDIA H200; compiled
+    host steps and finalizes run in torch (a CPU has no cubin to launch)."""
     monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
     monkeypatch.setattr(runtime, "_device_name", lambda device: GPU)
-    monkeypatch.delenv(T.ENV, raising=False)
+    emulate_compiled(monkeypatch)
+    monkeypatch.delenv(TT.ENV, raising=False)
 
 
 @pytest.fixture
@@ -132,7 +128,7 @@ def launches(monkeypatch, cpu):
 def test_variant_names_fallback_first(tmp_path, cpu):
     d, _ = variant_build(tmp_path)
     chain = runtime.load(d, tuned=False)
-    assert chain.manifest["format"] == 5
+    assert chain.manifest["format"] == 6
     assert chain.variant_names("out_proj") == [V0, V1, V2]
     assert chain.selected_variants({"M": 64}) == {"out_proj": V0, "up_proj": V0}
     forced = chain.with_variants({"out_proj": 2, "up_proj": V1})
@@ -235,9 +231,9 @@ def test_default_search_path(tmp_path, cpu, monkeypatch):
     monkeypatch.chdir(work)
     assert runtime.load(d).selected_variants({"M": 64})["out_proj"] == V1
     assert runtime.load(d, tuned=False).selected_variants({"M": 64})["out_proj"] == V0
-    monkeypatch.setenv(T.ENV, str(elsewhere))
+    monkeypatch.setenv(TT.ENV, str(elsewhere))
     assert runtime.load(d).selected_variants({"M": 64})["out_proj"] == V2
-    monkeypatch.setenv(T.ENV, str(tmp_path / "missing.json"))
+    monkeypatch.setenv(TT.ENV, str(tmp_path / "missing.json"))
     with pytest.raises(FileNotFoundError, match="missing.json"):
         runtime.load(d)
 
@@ -295,7 +291,7 @@ def test_entries_with_and_without_the_margin_fields_load(entry, want, tmp_path, 
     data = {"format": 1, "builds": {d.name: {"gpu": GPU, "kernels": {"out_proj": [entry]}}}}
     path = tmp_path / "h200.json"
     path.write_text(json.dumps(data))
-    (row,) = T.read_file(path)["builds"][d.name]["kernels"]["out_proj"]
+    (row,) = TT.read_file(path)["builds"][d.name]["kernels"]["out_proj"]
     assert row == entry  # validated, nothing added or dropped
     assert runtime.load(d, tuned=path).selected_variants({"M": 64})["out_proj"] == want
 
@@ -340,26 +336,6 @@ def test_the_tuned_variant_reaches_the_launch(tmp_path, launches):
         ("coda_out_proj__128x128_c1x1_coop", SMS),  # M = 2048: the 8192 bucket
         ("coda_up_proj__128x128_c1x1_coop", SMS),  # only m_max 64: the largest
     ]
-
-
-def test_format3_manifest_loads_and_runs(tmp_path, launches):
-    """A format-3 build (no variants) is one variant at its config; a table entry naming
-    another config is ignored."""
-
-    def edit(m):
-        for s in m["steps"]:  # the operands' real majors (fake_manifest's are placeholders)
-            if s["kind"] == "kernel":
-                s["majors"] = _majors(s)
-        as_format3(m)
-
-    d, checked = make_build(tmp_path, "rmsnorm_chain", edit)
-    chain = runtime.load(d, tuned=table(d.name, {"out_proj": [(STATIC, 1024, V1)]}))
-    assert chain.manifest["format"] == 3 and chain.variant_names("out_proj") == [V0]
-    assert "variants" not in chain.manifest["steps"][0]
-    _, low = _inputs(checked, 64)
-    chain.run(dict(low))
-    assert [(s, c) for s, _, c in launches] == [("coda_out_proj", 66), ("coda_up_proj", 66)]
-    assert (64, 2) in launches[0][1]
 
 
 # -- the tune loop (fake clock) and the tune file ----------------------------------------------
@@ -458,6 +434,7 @@ MARGIN_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "samples, want, why", [c[1:] for c in MARGIN_CASES], ids=[c[0] for c in MARGIN_CASES]
 )
@@ -471,6 +448,7 @@ def test_tune_keeps_the_fallback_without_a_clear_win(samples, want, why, tmp_pat
     assert T.merge(None, run)["builds"][d.name]["kernels"]["out_proj"][0]["config"] == want
 
 
+@pytest.mark.slow
 def test_the_margin_is_an_option(tmp_path, announced):
     """A 10% win with tight spread loses to a 15% margin and wins at margin 0."""
     d, _ = variant_build(tmp_path)
@@ -529,7 +507,7 @@ def test_a_failed_fallback_gives_the_smallest_median(tmp_path):
     run = T.TuneRun(gpu=GPU, driver="1", date="d", command="c", rounds=30, results=(r,))
     row = _row(T.render_table(run), "k")
     assert row.endswith("failed 0.9000 0.8000 v2 - fallback did not run: smallest median")
-    assert T.validate(T.merge(None, run))["builds"]["b-1"]["kernels"]["k"][0]["config"] == V2
+    assert TT.validate(T.merge(None, run))["builds"]["b-1"]["kernels"]["k"][0]["config"] == V2
 
 
 def test_kernels_with_one_variant_are_not_timed(tmp_path, announced):
@@ -540,6 +518,7 @@ def test_kernels_with_one_variant_are_not_timed(tmp_path, announced):
     assert "nothing tuned" in T.render_table(run)
 
 
+@pytest.mark.slow
 def test_tune_file_is_merged(tmp_path, announced):
     """A new run replaces the entry at the same kernel, dims and M, keeps the other Ms and the
     other builds, and the runtime then picks from the file."""
@@ -551,7 +530,7 @@ def test_tune_file_is_merged(tmp_path, announced):
     out.parent.mkdir()
     out.write_text(json.dumps(old))
     run, _ = _tune(d, announced, ms=(64, 2048), rounds=3)
-    T.write_file(out, T.merge(T.read_file(out), run))
+    T.write_file(out, T.merge(TT.read_file(out), run))
     data = json.loads(out.read_text())
     assert set(data["builds"]) == {d.name, "f8_scale-222222222222"}
     b = data["builds"][d.name]
@@ -714,6 +693,7 @@ def _variant_checked(dims):
     return check_source(parse_text("specs/rmsnorm_chain.yaml", _shrunk(path, dims)))
 
 
+@pytest.mark.slow
 def test_verify_runs_every_variant_and_labels_it(tmp_path, quick):
     """Two variants: every case runs once per variant, labelled with its config; partial
     buffers have that variant's shape; the ragged case is ragged for that variant's tile
@@ -723,7 +703,7 @@ def test_verify_runs_every_variant_and_labels_it(tmp_path, quick):
         checked, tmp_path, manifest=add_variants(fake_manifest(checked), checked, PP)
     )
     report = V.verify_chain(fake, seed=3)
-    assert report.passed, V.render_table(report)
+    assert report.passed, R.render_table(report)
     cases = list(dict.fromkeys(c.case for c in report.checks))
     assert cases == [f"{c} [{v}]" for v in (V0, V1) for c in ("real", "ragged", "small")]
     assert [forced for _, forced in fake.log] == [{"out_proj": V0, "up_proj": V0}] * 3 + [
@@ -736,6 +716,7 @@ def test_verify_runs_every_variant_and_labels_it(tmp_path, quick):
     assert ss[f"ragged [{V1}]"] == (100, 3)  # cdiv(360, 128)
 
 
+@pytest.mark.slow
 def test_verify_of_a_single_variant_build_is_unchanged(tmp_path, quick):
     checked = _variant_checked({"D": 384, "F": 512})
     fake = VariantFake(checked, tmp_path)
@@ -768,29 +749,36 @@ def test_ragged_dims_follow_the_tile():
     assert cases["ragged"]["D"] == 360
 
 
-def test_resized_manifest_relowers_each_variant(tmp_path, monkeypatch):
-    """Each variant's fields at the new dims, at its own config; a config that cannot lower
-    there is dropped from the re-sized manifest (the fallback stays)."""
+def test_resized_manifest_drops_what_a_primitive_refuses(tmp_path, monkeypatch):
+    """Re-sizing replaces ``dims`` (each variant's fields are expressions of its own tile); a
+    config a primitive's ``supports()`` refuses at the new dims is dropped from the re-sized
+    manifest, without lowering (the fallback stays)."""
+    from coda_spec import primitives
+
     checked = _variant_checked({"D": 512, "F": 512})
     m = add_variants(fake_manifest(checked), checked, PP, C1)
     fake = FakeChain(checked, tmp_path, manifest=m)
     case = with_dims(checked, {"D": 256})
-    real = lower_module.lower_kernel
+    real = primitives.registry()
+    seen = []
 
-    def lower_kernel(analysis, step, info, lines, file, cfg, prims):
-        if cfg.cluster_m == 1:  # C1 "cannot lower" at these dims
-            raise SpecError([])
-        return real(analysis, step, info, lines, file, cfg, prims)
+    def refuse_c1(config, op):  # C1 "is not supported" at these dims
+        seen.append(dict(config.sizes))
+        return "no cluster 1x1 here" if config.cluster_m == 1 else None
 
-    monkeypatch.setattr(lower_module, "lower_kernel", lower_kernel)
+    store = replace(real["store"], supports=refuse_c1)
+    monkeypatch.setattr(primitives, "registry", lambda: {**real, "store": store})
+    monkeypatch.setattr(lower_module, "lower_kernel", None)  # nothing may lower
     out = V.resized_manifest(fake, case)
+    assert out["dims"] == {"M": None, "D": 256, "F": 512} and {"D": 256, "F": 512} in seen
     step = next(s for s in out["steps"] if s["name"] == "out_proj")
     shapes = {
         runtime.variant_name(v): next(f["shape"] for f in v["fields"] if f["tensor"] == "ss")
         for v in step["variants"]
     }
-    assert shapes == {V0: ("M", 1), V1: ("M", 2)}
-    assert next(f["shape"] for f in step["fields"] if f["tensor"] == "ss") == ("M", 1)
+    assert shapes == {V0: ["M", "cdiv(D,256)"], V1: ["M", "cdiv(D,128)"]}
+    sizes = {"M": 64, "D": 256}
+    assert [eval_shape(s, sizes) for s in shapes.values()] == [(64, 1), (64, 2)]
     assert len(m["steps"][0]["variants"]) == 3  # the build's own manifest is untouched
 
 
@@ -808,8 +796,8 @@ def test_a_variant_is_timed_with_the_finalizes_of_its_partials(tmp_path, announc
     folded = []
     real = Chain._finalize
 
-    def finalize(self, step, call):
-        folded.append((step["name"], sorted(call.partials)))
+    def finalize(self, step, call):  # the partial it folds, as this call's env holds it
+        folded.append((step["name"], step["of"], call.env[step["of"]]))
         return real(self, step, call)
 
     monkeypatch.setattr(Chain, "_finalize", finalize)
@@ -817,5 +805,6 @@ def test_a_variant_is_timed_with_the_finalizes_of_its_partials(tmp_path, announc
         announced.script["out_proj", v] = [1.0] * 4
         announced.script["up_proj", v] = [1.0] * 4
     _tune(d, announced)
-    timed = folded[1:]  # the first: the chain's own run that produces every tensor
-    assert timed and all(name == "finalize_r" and parts == ["ss"] for name, parts in timed)
+    (_, _, first), timed = folded[0], folded[1:]  # the first: the chain's own run
+    assert timed and all(name == "finalize_r" and of == "ss" for name, of, _ in timed)
+    assert all(buf is not first for _, _, buf in timed)  # written again by the timed kernel

@@ -20,7 +20,7 @@ from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_variants
 from coda_spec.lower.quack_adapter import compile_jobs
-from tests.conftest import ROOT
+from tests.conftest import ROOT, needs_build
 
 TWO = "128x256,cluster=2x1,cooperative;128x128,cluster=2x1,pingpong"
 
@@ -85,17 +85,18 @@ def test_variants_carry_their_own_partial_shapes_and_symbols():
 
 @pytest.fixture(scope="module")
 def two_variant_build(tmp_path_factory):
-    pytest.importorskip("quack", reason="needs the [build] extra")
     out = tmp_path_factory.mktemp("variants")
     configs = parse_configs(TWO)
     opts = BuildOptions(out=out, config=configs[0], configs=configs)
     return build_spec(ROOT / "specs" / "f2_deferred_norm.yaml", opts), out
 
 
+@pytest.mark.slow
+@needs_build
 def test_a_two_candidate_build_exports_both_variants(two_variant_build):
     res, _ = two_variant_build
     m = artifact.read_manifest(res.directory)
-    assert m["format"] == 5 and [config_text(c) for c in m["configs"]] == TWO.split(";")
+    assert m["format"] == 6 and [config_text(c) for c in m["configs"]] == TWO.split(";")
     (step,) = m["steps"]
     names = [v["symbol"] for v in step["variants"]]
     assert names == ["coda_deferred_norm_proj", "coda_deferred_norm_proj__128x128_c2x1_pp"]
@@ -108,6 +109,8 @@ def test_a_two_candidate_build_exports_both_variants(two_variant_build):
     assert json.loads((res.directory / "lowered.json").read_text())["variants"]
 
 
+@pytest.mark.slow
+@needs_build
 def test_candidate_list_is_part_of_the_content_hash(two_variant_build, tmp_path):
     res, out = two_variant_build
     configs = parse_configs(TWO)

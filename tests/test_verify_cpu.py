@@ -24,10 +24,13 @@ from click.testing import CliRunner
 
 from coda_spec import artifact, cli
 from coda_spec import verify as V
-from coda_spec.build import lowered_json
+from coda_spec import verify_report as R
+from coda_spec.build import aot_kernels, lowered_json
 from coda_spec.config import BuildConfig
+from coda_spec.errors import EXIT_MISMATCH, EXIT_NO_GPU
 from coda_spec.frontend import check_file, with_dims
 from coda_spec.lower.module import lower_spec
+from coda_spec.manifest import make_manifest
 from coda_spec.reference import infer_sizes
 from coda_spec.reference import run as ref_run
 from coda_spec.runtime import TORCH_DTYPES
@@ -44,11 +47,32 @@ PARTIAL_ROLES = ("colred", "rowred", "group_out")
 FAULTS = ("none", "error", "nan", "unwritten_partial", "accumulate")
 
 
+def fake_launch(kernel) -> dict:
+    """The ``launch`` entry ``triton_aot.compile_kernel`` would return for a host step's or a
+    finalize's Triton kernel, without compiling it (no cubin is ever loaded on the CPU)."""
+    return {
+        "source": f"kernels/{kernel.step}.py",
+        "cubin": f"kernels/{kernel.step}.cubin",
+        "name": kernel.entry,
+        "num_warps": kernel.num_warps,
+        "shared": 0,
+        "grid": list(kernel.grid),
+        "args": [dict(a) for a in kernel.args],
+        "types": [t for _, t in kernel.signature],
+        "outputs": [dict(o) for o in kernel.outputs],
+        "hidden": 0,
+        "folds": list(kernel.folds),
+        "pointer_align": 16,
+    }
+
+
 def fake_manifest(checked) -> dict:
-    """The manifest ``coda build`` would write, without compiling: fabricated compile records."""
+    """The manifest ``coda build`` would write, without compiling: fabricated compile records
+    and launch entries (the Triton kernels of host steps and finalizes are generated, as text)."""
     cfg = BuildConfig()
     lowered = lower_spec(checked, cfg)
     meta = lowered_json(checked, lowered, cfg)
+    launches = {k.step: fake_launch(k) for k in aot_kernels(checked, meta)}
     records = [
         {
             "symbol": k.symbol,
@@ -60,7 +84,7 @@ def fake_manifest(checked) -> dict:
         }
         for k in lowered.kernels
     ]
-    return artifact.make_manifest(checked, meta, records, None)
+    return make_manifest(checked, meta, records, None, launches)
 
 
 class FakeChain:
@@ -129,9 +153,7 @@ def _checked(path):
     return check_file(path.relative_to(ROOT))
 
 
-@pytest.fixture(autouse=True)
-def _chdir_root(monkeypatch):
-    monkeypatch.chdir(ROOT)
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +178,7 @@ def test_clean_fake_run_passes(spec, checked_specs, tmp_path):
     partial buffers (at the re-sized tile shape) are all written and equivalent_to agrees."""
     fake = FakeChain(checked_specs[spec], tmp_path)
     report = V.verify_chain(fake, seed=7, dims=_dims(spec))
-    assert report.passed, V.render_table(report)
+    assert report.passed, R.render_table(report)
     outputs = {c.output for c in report.checks}
     assert {o["name"] for o in fake.manifest["outputs"]} <= outputs
     assert any(o.endswith("(partials)") for o in outputs)
@@ -190,7 +212,7 @@ def test_fault_fails_the_right_check(spec, fault, output, note, checked_specs, t
     report = V.verify_chain(FakeChain(checked_specs[spec], tmp_path, fault), 3, dims=_dims(spec))
     assert not report.passed
     bad = _failing(report)
-    assert [c.output for c in bad] == [output], V.render_table(report)
+    assert [c.output for c in bad] == [output], R.render_table(report)
     (c,) = bad
     assert c.note == note
     if fault == "error":
@@ -199,7 +221,7 @@ def test_fault_fails_the_right_check(spec, fault, output, note, checked_specs, t
         assert c.unwritten == 1
     if fault == "accumulate":  # off by dres: far outside the budget, everything written
         assert c.unwritten == 0 and c.max_abs_err > 10 * c.bound
-    assert "=> FAIL" in V.render_table(report)
+    assert "=> FAIL" in R.render_table(report)
 
 
 def test_resized_manifest_reaches_the_runner(checked_specs, tmp_path):
@@ -212,6 +234,7 @@ def test_resized_manifest_reaches_the_runner(checked_specs, tmp_path):
     assert fake.manifest["dims"] == {"M": None, "D": 4096, "F": 11008}
 
 
+@pytest.mark.slow
 def test_small_case_runs_the_build_manifest(tmp_path):
     """``--small`` (only M given, static dims as built): the chain runs under its own manifest,
     the static dims are filled in from the spec, and a fault still fails the right output."""
@@ -244,11 +267,11 @@ def _verify(args):
     "spec, fault, status",
     [
         (RMSNORM, "none", 0),
-        (RMSNORM, "error", V.EXIT_NUMERIC),
-        (RMSNORM, "nan", V.EXIT_NUMERIC),
-        (RMSNORM, "unwritten_partial", V.EXIT_NUMERIC),
+        (RMSNORM, "error", EXIT_MISMATCH),
+        (RMSNORM, "nan", EXIT_MISMATCH),
+        (RMSNORM, "unwritten_partial", EXIT_MISMATCH),
         (B1, "none", 0),
-        (B1, "accumulate", V.EXIT_NUMERIC),
+        (B1, "accumulate", EXIT_MISMATCH),
     ],
     ids=lambda x: getattr(x, "stem", str(x)),
 )
@@ -283,7 +306,7 @@ def test_cli_json_format_and_seed(checked_specs, tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "_load_chain", lambda d: FakeChain(checked, d, "error"))
     monkeypatch.setattr(cli, "_has_gpu", lambda: True)
     res = _verify([directory, "--seed", "5", "--dims", "M=64,D=256,F=512", "--format", "json"])
-    assert res.exit_code == V.EXIT_NUMERIC
+    assert res.exit_code == EXIT_MISMATCH
     (rep,) = json.loads(res.stdout)
     assert rep["seed"] == 5 and rep["chain"] == "rmsnorm_chain"
     assert [c["output"] for c in rep["checks"] if not c["passed"]] == ["x1"]
@@ -296,11 +319,32 @@ def test_cli_without_gpu(allow, checked_specs, tmp_path, monkeypatch):
     directory = _build_dir(tmp_path, RMSNORM, checked_specs[RMSNORM])
     monkeypatch.setattr(cli, "_has_gpu", lambda: False)
     res = _verify([directory, "--seed", "2", *(["--allow-no-gpu"] if allow else [])])
-    assert res.exit_code == (0 if allow else V.EXIT_NO_GPU), res.output
+    assert res.exit_code == (0 if allow else EXIT_NO_GPU), res.output
     assert "kernel numerics were not run" in res.stderr
     assert "kernel numerics were NOT run" in res.stdout
     assert "=> REFERENCE ONLY" in res.stdout
     assert ("exit 4" in res.stderr) is not allow
+
+
+@pytest.mark.parametrize("flag", [False, True], ids=["default", "sanitize"])
+def test_cli_runs_the_sanitizer_only_when_asked(flag, checked_specs, tmp_path, monkeypatch):
+    """compute-sanitizer (a child process, minutes on a GPU) runs with --sanitize and only
+    then; its verdict lands in the report."""
+    import coda_spec.verify_sanitize
+
+    directory = _build_dir(tmp_path, RMSNORM, checked_specs[RMSNORM])
+    runs = []
+
+    def fake(d, seed):
+        runs.append((str(d), seed))
+        return {"result": "clean", "errors": 0, "detail": ""}
+
+    monkeypatch.setattr(coda_spec.verify_sanitize, "sanitize", fake)
+    monkeypatch.setattr(cli, "_has_gpu", lambda: False)
+    res = _verify([directory, "--seed", "2", "--allow-no-gpu", *(["--sanitize"] * flag)])
+    assert res.exit_code == 0, res.output
+    assert runs == ([(str(directory), 2)] if flag else [])
+    assert ("sanitizer (memcheck, small case): clean" in res.stdout) is flag
 
 
 def test_cli_spec_without_build(tmp_path):
@@ -322,8 +366,8 @@ def test_cli_not_a_build(tmp_path):
 def test_junit_is_wellformed_with_failures(checked_specs, tmp_path):
     bad = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path, "nan"), 4, _dims(RMSNORM))
     good = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), 4, _dims(RMSNORM))
-    no_gpu = V.Report("f8_scale", "", 4, "cpu", skipped='no CUDA GPU: <kernels> & "not" run')
-    suite = ET.fromstring(V.junit([bad, good, no_gpu]))
+    no_gpu = R.Report("f8_scale", "", 4, "cpu", skipped='no CUDA GPU: <kernels> & "not" run')
+    suite = ET.fromstring(R.junit([bad, good, no_gpu]))
     assert suite.tag == "testsuite"
     cases = suite.findall("testcase")
     rows = len(bad.checks) + len(good.checks) + len(bad.algebra) + len(good.algebra) + 1
@@ -340,8 +384,8 @@ def test_junit_lists_failed_algebra(checked_specs, tmp_path):
     """An equivalent_to mismatch is a failed JUnit test case, not a silent pass."""
     rep = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), 4, _dims(RMSNORM))
     case, out, _, _ = rep.algebra[-1]
-    wrong = V.with_replaced(rep, algebra=rep.algebra[:-1] + ((case, out, 0.5, False),))
-    suite = ET.fromstring(V.junit([wrong]))
+    wrong = R.with_replaced(rep, algebra=rep.algebra[:-1] + ((case, out, 0.5, False),))
+    suite = ET.fromstring(R.junit([wrong]))
     failed = [c for c in suite.findall("testcase") if c.find("failure") is not None]
     assert [c.get("name") for c in failed] == [f"rmsnorm_chain.equivalent_to.{case}.{out}"]
     assert "MISMATCH" in failed[0].find("failure").get("message")
@@ -367,7 +411,7 @@ def test_cli_without_gpu_wrong_math_fails(allow, checked_specs, tmp_path, monkey
             *(["--allow-no-gpu"] if allow else []),
         ]
     )
-    assert res.exit_code == V.EXIT_NUMERIC, res.output
+    assert res.exit_code == EXIT_MISMATCH, res.output
     assert "=> FAIL" in res.stdout
     assert int(ET.parse(junit_path).getroot().get("failures")) >= 1
 
@@ -375,6 +419,6 @@ def test_cli_without_gpu_wrong_math_fails(allow, checked_specs, tmp_path, monkey
 def test_junit_lists_an_unclean_sanitizer_run(checked_specs, tmp_path):
     rep = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), 4, _dims(RMSNORM))
     san = {"result": "unclean", "errors": 2, "detail": "Invalid __global__ write"}
-    suite = ET.fromstring(V.junit([V.with_replaced(rep, extra={"sanitizer": san})]))
+    suite = ET.fromstring(R.junit([R.with_replaced(rep, extra={"sanitizer": san})]))
     failed = [c for c in suite.findall("testcase") if c.find("failure") is not None]
     assert [c.get("name") for c in failed] == ["rmsnorm_chain.sanitizer"]

@@ -22,6 +22,7 @@ from coda_spec import verify as V
 from coda_spec.frontend import check_file, with_dims
 from coda_spec.inputs import derive_mismatches, derived_shapes, make_inputs
 from coda_spec.runtime import CodaRuntimeError
+from coda_spec.verify_report import render_table
 from tests.conftest import ROOT
 from tests.test_verify_cpu import FakeChain
 
@@ -97,18 +98,19 @@ def test_ragged_dims_unchanged_where_derives_follow_the_dims():
     assert notes == []
 
 
+@pytest.mark.slow
 def test_verify_chain_runs_every_case_with_a_note(checked, tmp_path):
     """The whole chain verifies (real, ragged at M = 1000, small) and the report says why the
     ragged case kept QKV; nothing aborts."""
     fake = ValidatingChain(checked, tmp_path)
     report = V.verify_chain(fake, seed=3)
-    assert report.passed, V.render_table(report)
+    assert report.passed, render_table(report)
     assert {c.case for c in report.checks} == {"real", "ragged", "small"}
     ragged = [c for c in report.checks if c.case == "ragged"]
     assert ragged and all(c.dims["M"] == 1000 and c.dims["QKV"] == 768 for c in ragged)
     (note,) = report.extra["notes"]
     assert "QKV stays 768" in note
-    assert f"note: {note}" in V.render_table(report)
+    assert f"note: {note}" in render_table(report)
 
 
 def test_a_case_that_cannot_be_made_consistent_is_skipped(checked, tmp_path):
@@ -120,7 +122,7 @@ def test_a_case_that_cannot_be_made_consistent_is_skipped(checked, tmp_path):
     assert fake.log == []
     (note,) = report.extra["notes"]
     assert note.startswith("dims case (M=16384, QKV=640) skipped: input 'wn' is derived")
-    assert "note: dims case" in V.render_table(report)
+    assert "note: dims case" in render_table(report)
 
 
 def test_verify_case_skips_on_actual_shapes_too(checked, tmp_path, monkeypatch):

@@ -19,14 +19,14 @@ reads the tensor it accumulates into (that tensor is a section input) and writes
 Flops count the GEMMs only (2·M·N·K each); epilogue arithmetic is not counted.
 
 Pure functions over manifest dicts and a ``sizes`` mapping; shapes are evaluated with
-``coda_spec.artifact.eval_shape`` and element sizes come from ``coda_spec.reference``'s dtype
-table, so this module has no table of its own.
+``coda_spec.artifact.eval_shape`` and element sizes come from the one dtype table
+(``coda_spec.dtypes``), so this module has no table of its own and needs no torch.
 """
 
 from __future__ import annotations
 
 from coda_spec.artifact import eval_shape, gemm_extents
-from coda_spec.dtypes import TORCH_DTYPES
+from coda_spec.dtypes import element_bytes
 
 READ_ROLES = ("tile", "index", "row", "col", "scalar")
 WRITE_ROLES = ("aux", "select", "colred", "rowred", "group_out")
@@ -76,7 +76,7 @@ def tensor_bytes(manifest: dict, name: str, sizes: dict) -> int:
     n = 1
     for d in eval_shape(t["shape"], sizes):
         n *= d
-    return n * TORCH_DTYPES[t["dtype"]].itemsize
+    return n * element_bytes(t["dtype"])
 
 
 def min_bytes(manifest: dict, steps: list[dict], outputs: list[str], sizes: dict) -> int:

@@ -65,6 +65,7 @@ import re
 import textwrap
 from types import MappingProxyType
 
+from coda_spec.dims import expr_of
 from coda_spec.dims import fold as fold_dim
 from coda_spec.finalize import NEEDS_N, OPS
 from coda_spec.lower.triton_aot import TritonKernel
@@ -123,12 +124,14 @@ def finalize_kernel(
 
 
 def _n(step: dict, dims: dict | None):
-    """``n`` as an int (static: a constexpr) or a dim name/expression (an i32 argument)."""
-    n = step.get("n")
+    """``n`` as an int (a literal: a constexpr) or a dim expression (an i32 argument evaluated
+    at the call's dims, static ones included, so a build re-sized to other dims (verify's ragged
+    case) divides by the right count)."""
+    n = expr_of(step.get("n"))
     if n is None:
         raise ValueError(f"finalize step '{step['name']}': {step['op']} needs n")
     if isinstance(n, str) and dims is not None:
-        return fold_dim(n, dims)  # an int, or the dynamic dim's name
+        fold_dim(n, dims)  # a malformed or unknown expression fails here, at build time
     return n
 
 

@@ -9,8 +9,14 @@ a worker process::
 reading ``BUILD_DIR/kernel.py`` and ``BUILD_DIR/lowered.json`` and writing, per kernel,
 ``SYMBOL.o`` (the exported TVM-FFI function, cubin inside) and ``SYMBOL.compiled.json`` (the
 plan's ``EpilogueArguments._fields`` in order, operand majors, scheduler facts, timings). On a
-failure it writes ``SYMBOL.error.txt`` (the full traceback) and exits 3; the build maps it back to
-the spec line. One process compiles several kernels so the ~5 s of imports are paid once.
+failure it writes ``SYMBOL.error.txt`` (the full traceback) and exits ``EXIT_TOOL_FAILURE``
+(``coda_spec.errors``); the build reads the files, not the status, and maps the traceback back
+to the spec line. One process compiles several kernels so the ~5 s of imports are paid once.
+
+Import rule: quack, cutlass and torch are imported inside the worker's functions only (``main``
+and what it calls), so the build process can import this module's host logic (``compile_jobs``)
+without the ``[build]`` extra. Shapes are evaluated by the project's one evaluator
+(``coda_spec.artifact.shape_fn``) and dtypes come from the one table (``coda_spec.dtypes``).
 
 Measured recipe (docs/build.md, "Compile"): set ``QUACK_ARCH=90`` and ``CUTE_DSL_ARCH=sm_90a``
 before cutlass is imported (otherwise the DSL targets sm_100a), disable QuACK's disk cache, and
@@ -21,7 +27,7 @@ ranks and majors; shapes are symbolic in the compiled function, so any size work
 Epilogue knobs (``BuildConfig.epi_n``, ``c_stages``; docs/build.md): QuACK's sm90 GEMM derives
 the epilogue subtile and the smem split between mainloop (A/B) stages and epilogue C/D stages
 itself, with no argument for either. ``_epilogue_knobs`` overrides the two class-level rules
-(``GemmSm90._compute_tile_shape_or_override`` and ``epi_c_stage_base``) for the duration of one
+(``quack_private.SM90_TILE_SHAPE_HOOK`` and ``epi_c_stage_base``) for the duration of one
 compile -- this process compiles one kernel at a time -- and reports the stage split QuACK then
 chose (``stages`` in SYMBOL.compiled.json). The knobs also enter QuACK's compile key through a
 ``post_init_attrs`` entry, so two variants that differ only in them never share a compiled
@@ -39,14 +45,12 @@ import time
 import traceback
 from pathlib import Path
 
+from coda_spec.artifact import shape_fn
+from coda_spec.dtypes import torch_dtype
+from coda_spec.errors import EXIT_OK, EXIT_TOOL_FAILURE
+from coda_spec.lower.quack_private import SM90_STAGES_HOOK, SM90_TILE_SHAPE_HOOK
+
 REPRESENTATIVE_M = 1024  # dynamic dims only need a value to build fake tensors
-_TORCH_DTYPES = {
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp32": "float32",
-    "int32": "int32",
-    "int64": "int64",
-}
 
 
 def _setup():
@@ -58,23 +62,22 @@ def _setup():
     host.get_max_active_clusters = lambda cluster_size, *a, **k: 132 // cluster_size
 
 
-def _size(d, sizes):
-    if isinstance(d, int):
-        return d
-    if isinstance(d, str) and d.startswith("cdiv("):
-        a, b = d[5:-1].split(",")
-        return -(-_size(a.strip(), sizes) // int(b))
-    if isinstance(d, str) and d.isdigit():
-        return int(d)
-    return sizes.get(d, REPRESENTATIVE_M)
+class FakeSizes(dict):
+    """lowered.json's static dim sizes; every other dim a shape names (a dynamic one: lowered.json
+    does not list them) is ``REPRESENTATIVE_M``. The compiled function's shapes are symbolic, so
+    the value only has to make valid fake tensors."""
+
+    def __missing__(self, name):
+        return REPRESENTATIVE_M
+
+    def __contains__(self, name) -> bool:
+        return True
 
 
 def _empty(shape, dtype, sizes):
     import torch
 
-    return torch.empty(
-        *[_size(d, sizes) for d in shape], dtype=getattr(torch, _TORCH_DTYPES[dtype])
-    )
+    return torch.empty(*shape_fn(shape)(FakeSizes(sizes)), dtype=torch_dtype(dtype))
 
 
 def _operand(t, transposed, sizes, tensors):
@@ -98,18 +101,18 @@ def _epilogue_knobs(config: dict):
     epi_n, c_stages = config.get("epi_n", 0), config.get("c_stages", 0)
 
     def tile_rule(cta_tile, atom_layout, element_type=None, epi_tile_override=None):
-        default = saved["_compute_tile_shape_or_override"].__func__(
+        default = saved[SM90_TILE_SHAPE_HOOK].__func__(
             cta_tile, atom_layout, element_type, epi_tile_override
         )
         return (default[0], epi_n) if epi_n and epi_tile_override is None else default
 
     def stage_rule(cls, *args, **kwargs):
-        ab, epi, c = saved["_compute_stages"].__func__(cls, *args, **kwargs)
+        ab, epi, c = saved[SM90_STAGES_HOOK].__func__(cls, *args, **kwargs)
         chosen.update(epi_tile=list(args[1]), ab=ab, epi=epi, c=c)
         return ab, epi, c
 
-    GemmSm90._compute_tile_shape_or_override = staticmethod(tile_rule)
-    GemmSm90._compute_stages = classmethod(stage_rule)
+    setattr(GemmSm90, SM90_TILE_SHAPE_HOOK, staticmethod(tile_rule))
+    setattr(GemmSm90, SM90_STAGES_HOOK, classmethod(stage_rule))
     if c_stages:
         GemmSm90.epi_c_stage_base = c_stages
     try:
@@ -120,7 +123,7 @@ def _epilogue_knobs(config: dict):
 
 
 # The QuACK sm90 class attributes ``_epilogue_knobs`` replaces for one compile.
-KNOB_HOOKS = ("_compute_tile_shape_or_override", "_compute_stages", "epi_c_stage_base")
+KNOB_HOOKS = (SM90_TILE_SHAPE_HOOK, SM90_STAGES_HOOK, "epi_c_stage_base")
 
 
 def compile_one(mod, k: dict, meta: dict, config: dict):
@@ -142,7 +145,7 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
         elif f["role"] == "group_stat":
             # A GroupStat's host arg: the group width as a plain int, a constexpr baked into
             # the kernel (the exported function takes None in this slot at run time).
-            epi[f["name"]] = int(f["shape"][0])
+            epi[f["name"]] = shape_fn(f["shape"][:1])(FakeSizes(sizes))[0]  # "head_dim" too
         else:
             epi[f["name"]] = _empty(f["shape"], f["dtype"], sizes)
     fn = getattr(mod, k.get("function", k["symbol"]))  # a variant compiles its fallback's fn
@@ -218,9 +221,9 @@ def main(argv: list[str]) -> int:
     except Exception:  # noqa: BLE001 - reported to the build, which maps it to the spec
         for s in symbols:
             (build_dir / f"{s}.error.txt").write_text(traceback.format_exc())
-        return 3
+        return EXIT_TOOL_FAILURE
     jobs = compile_jobs(lowered)
-    status = 0
+    status = EXIT_OK
     for s in symbols:
         try:
             kernel, config = jobs[s]
@@ -237,7 +240,7 @@ def main(argv: list[str]) -> int:
         except Exception:  # noqa: BLE001
             (build_dir / f"{s}.error.txt").write_text(traceback.format_exc())
             print(f"FAILED {s}", flush=True)
-            status = 3
+            status = EXIT_TOOL_FAILURE
     return status
 
 

@@ -1,90 +1,66 @@
-"""The primitive registry: an explicit list, one module per primitive.
+"""The primitive registry: one module per primitive, discovered, never listed.
 
-``registry()`` returns a fresh name -> Primitive mapping (no module-level mutable state). The JSON
-Schema's ``$defs`` are generated from it, and a test checks that the two agree.
+Contract
+--------
+Every module of this package whose name does not start with ``_`` and is not ``base`` is a
+primitive file: it exports ``PRIMITIVE`` (a :class:`~coda_spec.primitives.base.Primitive`) whose
+``name`` is the module's own name. Adding a primitive is adding one file; nothing here, in the
+validator or in the schema changes (a test checks the file/name rule). ``_``-prefixed modules
+hold shared builders and text (``_elementwise``, ``_pairs``, ``_reduce``, ...).
+
+``registry()`` returns a fresh, read-only name -> Primitive mapping in sorted name order, so every
+consumer (schema, docs, ``coda primitives``) sees the same deterministic order. Discovery only
+lists this package's directory (``pkgutil``) and imports the modules it finds: no decorators, no
+import-time registration, no module-level mutable state (Python's module cache makes repeated
+calls cheap).
+
+``cache_keys(spec)`` is the part of a build's content address that primitives own: the
+``cache_key()`` of every primitive the spec uses, so bumping one primitive's ``version`` rebuilds
+exactly the specs that use it (``coda_spec.build.build_hash``).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
 from types import MappingProxyType
 
-from coda_spec.primitives import (
-    add,
-    cast,
-    dgeglu,
-    div,
-    dswiglu,
-    exp,
-    gather_col,
-    geglu,
-    gelu,
-    load_col,
-    load_row,
-    load_scalar,
-    load_tile,
-    log,
-    mul,
-    neg,
-    onehot,
-    prepass,
-    reduce_col,
-    reduce_row,
-    relu,
-    rope,
-    rope_bwd,
-    rsqrt,
-    scale,
-    sigmoid,
-    silu,
-    sqrt,
-    square,
-    squared_relu,
-    store,
-    sub,
-    swiglu,
-    tanh,
-    valid,
-)
+NOT_PRIMITIVES = ("base",)  # modules of this package that are not primitive files
 
-_MODULES = (
-    add,
-    cast,
-    dgeglu,
-    div,
-    dswiglu,
-    exp,
-    gather_col,
-    geglu,
-    gelu,
-    load_col,
-    load_row,
-    load_scalar,
-    load_tile,
-    log,
-    mul,
-    neg,
-    onehot,
-    prepass,
-    reduce_col,
-    reduce_row,
-    relu,
-    rope,
-    rope_bwd,
-    rsqrt,
-    scale,
-    sigmoid,
-    silu,
-    sqrt,
-    square,
-    squared_relu,
-    store,
-    sub,
-    swiglu,
-    tanh,
-    valid,
-)
+
+def primitive_modules() -> tuple[str, ...]:
+    """Names of the primitive files of this package, sorted."""
+    here = [str(Path(__file__).resolve().parent)]
+    names = (m.name for m in pkgutil.iter_modules(here) if not m.ispkg)
+    return tuple(sorted(n for n in names if not n.startswith("_") and n not in NOT_PRIMITIVES))
 
 
 def registry() -> MappingProxyType:
-    """Read-only name -> Primitive map."""
-    return MappingProxyType({m.PRIMITIVE.name: m.PRIMITIVE for m in _MODULES})
+    """Read-only name -> Primitive map, in sorted name order."""
+    out = {}
+    for module in primitive_modules():
+        prim = getattr(importlib.import_module(f"{__name__}.{module}"), "PRIMITIVE", None)
+        if prim is None:
+            raise ImportError(
+                f"coda_spec/primitives/{module}.py exports no PRIMITIVE; a primitive file "
+                "declares one (shared helpers go in a module whose name starts with '_')"
+            )
+        if prim.name != module:
+            raise ImportError(
+                f"coda_spec/primitives/{module}.py declares primitive '{prim.name}'; a primitive "
+                "file is named after its primitive (docs and the schema look it up by name)"
+            )
+        out[prim.name] = prim
+    return MappingProxyType(out)
+
+
+def cache_keys(spec) -> list:
+    """``cache_key()`` of every primitive that ``spec`` (a normalized ``ir.Spec``) uses, sorted."""
+    prims = registry()
+    used = {
+        op.prim
+        for step in spec.all_steps()
+        for op in getattr(step, "epilogue", getattr(step, "body", ()))
+    }
+    return sorted(list(prims[name].cache_key()) for name in used)

@@ -4,6 +4,13 @@ Each elementwise primitive still has its own file (its math, doc, example, mutan
 text of its lowerings); this module holds only the typing, schema and lowering plumbing they
 have in common, so a new unary op is ~10 lines.
 
+Parameterised unary ops (``{softcap: x, cap: 30.0, as: y}``) are one table-like call,
+:func:`parameterised_unary`, in the spirit of QuACK's ``act_fn_map``: the immediates' schemas,
+the torch math, the CuTe lowering as a *chain* of registered elementwise primitives (softcap is
+div -> tanh -> mul), and a Triton lane template. The CuTe side is a chain rather than text so a
+new op writes no helper or import names of its own: each link is lowered by the registered
+primitive it names, and the generated kernel reads as those primitives' lines in turn.
+
 Host kernels (``coda_spec/lower/host_kernel.py``): a unary op gives its Triton text as a
 template over ``{x}`` (one fp32 lane), applied to each lane of its operand; a binary op is its
 operator symbol applied lane by lane, per-row values and scalars broadcast over the lanes. The
@@ -12,6 +19,8 @@ backward passes) share with the elementwise ops of the same name.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from coda_spec.primitives._lowering import binary_lower, unary_lower
 from coda_spec.primitives.base import (
@@ -110,4 +119,85 @@ def binary(name: str, fn, summary: str, example: str, siblings=(), symbol="") ->
         mutants=_siblings(name, siblings),
         lower=binary_lower(symbol),
         host=binary_host(symbol),
+    )
+
+
+def _chain_lower(name: str, chain: tuple):
+    """CuTe lowering of ``x`` through ``chain``: each link ``(prim, *operands)`` applies the
+    registered elementwise primitive ``prim`` to the running value (and, for a binary one, to
+    ``operands``: a parameter's name, read from the item, or a number). Intermediate values get
+    fresh names ``<result>_<prim>``; the last link binds the item's result."""
+
+    def lower(lc, op):
+        from coda_spec.primitives import registry
+
+        prims = registry()
+        result, value = op.results[0], op.get(name)
+        for i, (prim, *operands) in enumerate(chain):
+            out = result if i == len(chain) - 1 else lc.fresh(f"{lc.ident(result)}_{prim}")
+            extra = [float(op.get(a)) if isinstance(a, str) else a for a in operands]
+            arg = [value, *extra] if extra else value
+            prims[prim].lower(lc, replace(op, prim=prim, args=((prim, arg),), results=(out,)))
+            value = out
+
+    return lower
+
+
+def parameterised_unary(
+    name: str,
+    params: dict,
+    torch,
+    cute: tuple,
+    triton: str,
+    summary: str,
+    example: str,
+    mutants=None,
+    siblings=(),
+) -> Primitive:
+    """A one-operand op with immediate parameters: ``{name: x, <param>: number, ..., as: y}``.
+
+    ``params``: parameter -> JSON Schema fragment (every one required; compiled into the kernel
+    as a constant, like ``scale``'s ``by``). ``torch(rt, x, **params)``: the reference math, the
+    parameters as floats. ``cute``: the GEMM-epilogue lowering as a chain of registered
+    elementwise primitives, ``(("div", "cap"), ("tanh",), ("mul", "cap"))`` (see
+    :func:`_chain_lower`). ``triton``: host-kernel text over one fp32 lane ``{x}`` and the
+    parameters ``{<param>}`` (float literals). ``mutants(op)``: extra mutants (default: each
+    parameter moved to ``1.5 p + 0.25``); ``siblings``: unary primitives to swap in, parameters
+    dropped.
+    """
+
+    def values(op) -> dict:
+        return {k: float(op.get(k)) for k in params}
+
+    def reference(rt, op, ins, tensors):
+        return (torch(rt, ins[name], **values(op)),)
+
+    def host(hc, op):
+        x = hc.value(op.get(name))
+        lits = {k: repr(v) for k, v in values(op).items()}
+        hc.let(op.results[0], [triton.format(x=lane, **lits) for lane in x.lanes])
+
+    def all_mutants(op):
+        moved = (
+            mutants(op)
+            if mutants is not None
+            else tuple(op.with_arg(k, v * 1.5 + 0.25) for k, v in values(op).items())
+        )
+        swapped = tuple(
+            replace(op, prim=s, args=((s, op.get(name)),)) for s in siblings if s != name
+        )
+        return moved + swapped
+
+    return Primitive(
+        name=name,
+        family=ELEMENTWISE,
+        summary=summary,
+        example=example,
+        schema=item_schema(name, VALUE_REF, dict(params), required=tuple(params)),
+        operands=(name,),
+        infer=_unary_infer(name),
+        reference=reference,
+        mutants=all_mutants,
+        lower=_chain_lower(name, tuple(cute)),
+        host=host,
     )

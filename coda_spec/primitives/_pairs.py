@@ -126,22 +126,20 @@ def rope_lower(sign: float):
     """Lowering of rope (sign +1) and rope_bwd (-1): QuACK's float-float turns-domain sincos."""
 
     def lower(lc, op):
-        from coda_spec.primitives._lowering import lanes, let_pack
-
         x, pos, freqs = lc.v(op.get(op.prim)), lc.v(op.get("pos")), lc.v(op.get("freqs"))
         if freqs.form != "deferred":
             raise lc.error("freqs must be a load_row of a W/2 frequency vector")
-        ident = lc.ident(freqs.tensor)
-        table = lc.param(
-            freqs.tensor, "row", f'RowVecLoad("{ident}")', (1, lc.width), "fp32", "turns_table"
-        )
-        a, b = lanes(lc, x)
-        s, c = lc.tmp("sin"), lc.tmp("cos")
-        lc.line(f"{s}, {c} = _rot._sincos_turns(*_rot._angle_turns({pos.expr}, {table}))")
+        load = lc.op("RowVecLoad", lc.ident(freqs.tensor))
+        table = lc.param(freqs.tensor, "row", load, (1, lc.width), "fp32", "turns_table")
+        a, b = lc.lanes(x)
+        base = lc.ident(op.results[0])
+        s, c = lc.fresh(f"{base}_sin"), lc.fresh(f"{base}_cos")
+        angle = lc.call("angle_turns", pos.expr, table)
+        lc.line(f"{s}, {c} = {lc.call('sincos_turns', '*' + angle)}")
         if sign > 0:
-            let_pack(lc, op.results[0], f"{a} * {c} - {b} * {s}", f"{a} * {s} + {b} * {c}")
+            lc.let_pair(op.results[0], f"{a} * {c} - {b} * {s}", f"{a} * {s} + {b} * {c}")
         else:
-            let_pack(lc, op.results[0], f"{a} * {c} + {b} * {s}", f"{b} * {c} - {a} * {s}")
+            lc.let_pair(op.results[0], f"{a} * {c} + {b} * {s}", f"{b} * {c} - {a} * {s}")
 
     return lower
 
@@ -281,18 +279,16 @@ def dgated_lower(act: str):
     ``dz = pack(dg, du)``; dz's lanes stay named for a later reader (a row dot of z and dz)."""
 
     def lower(lc, op):
-        from coda_spec.primitives._lowering import lanes, let_pack
-
         dy = lc.vs(op.get(op.prim))
         if dy.form == "p":
             raise lc.error("the incoming gradient must be one value per (g, u) pair")
-        g, u = lanes(lc, lc.v(op.get("z")), names=("g", "u"))
+        g, u = lc.lanes(lc.v(op.get("z")), names=("g", "u"))
         dz, out = op.results
         dg, du = lc.fresh(f"{lc.ident(dz)}_g"), lc.fresh(f"{lc.ident(dz)}_u")
         h = lc.ident(out)
-        lc.line(f"{dg}, {du}, {h} = _qa.{DGATED[act]}({g}, {u}, {dy.expr})")
-        lc.env[out] = lc.val(h, "s")
-        let_pack(lc, dz, dg, du)
+        lc.line(f"{dg}, {du}, {h} = {lc.call(DGATED[act], g, u, dy.expr)}")
+        lc.bind(out, h, "s")
+        lc.let_pair(dz, dg, du)
 
     return lower
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coda_spec.lower.api import Field
 from coda_spec.primitives.base import TypeProblem, need_tile
 
 # op -> how finalize may fold its partials
@@ -122,8 +123,16 @@ STAT_INPUT = {
     "meansq": "{x} * {x}",
     "dot": "{a} * {b}",
     "max": "{x}",
-    "absmax": "_cm.abs({x})",
+    "absmax": "cute.math.abs({x})",
 }
+
+
+def folds(kind: str, of, over: str) -> str:
+    """What a reduction folds, in words, for its comment: ``sum over columns of x * x``."""
+    a, b = (of[0], of[-1]) if isinstance(of, list) else (of, of)
+    word = {"sumsq": "sum", "dot": "sum", "absmax": "max", "meansq": "mean"}.get(kind, kind)
+    what = {"sumsq": f"{a} * {a}", "meansq": f"{a} * {a}", "dot": f"{a} * {b}"}
+    return f"{word} over {over} of " + what.get(kind, f"|{a}|" if kind == "absmax" else a)
 
 
 def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int]:
@@ -131,8 +140,6 @@ def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int
     with coda's ``GroupStat``): its input is computed in the prepass fn from ``op``'s ``of``
     (re-emitting the values it reads there), and the main fn gets a parameter ``name`` carrying
     the finalized statistic. Returns (parameter, module-level op object, group width)."""
-    from coda_spec.lower.emit import Field
-
     if lc.mode == "packed_cd_b16x2":
         raise lc.error(
             "per-(row, group) statistics run in QuACK's accumulator prepass, which QuACK 0.6.5 "
@@ -149,7 +156,7 @@ def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int
             "folds whole groups inside one CTA tile)",
             f"use a tile_N that is a multiple of {g}",
         )
-    if name in lc.params:
+    if lc.has_operand(name):
         raise lc.error(f"'{name}' is already an operand of this kernel")
     of = op.get("of")
     if kind == "dot":
@@ -157,53 +164,37 @@ def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int
         expr = STAT_INPUT[kind].format(a=a, b=b)
     else:
         expr = STAT_INPUT[kind].format(x=lc.prepass_value(of).expr)
-    pre = lc.pre
-    pre.comment(op)
-    local = f"{name}_in"
-    if local in pre.params or any(v.expr == local for v in pre.env.values()):
-        local = pre.tmp(local)
-    pre.line(f"{local} = {expr}")
-    lc.prepass_out(name, local)
+    if kind == "absmax":
+        lc.use("cute")
+    lc.prepass_input(op, name, expr)
     combine = "max" if kind in ("max", "absmax") else "add"
-    args = [f'"{name}"']
-    if combine != "add":
-        args.append(f'combine="{combine}"')
+    kw = {"combine": combine} if combine != "add" else {}
     if kind in ("mean", "meansq"):
-        args.append("mean=True")
-    glob = f"_gs_{lc.step.name}_{name}"
-    what = {"absmax": "|x|", "dot": "a * b"}.get(kind, "x * x" if kind.endswith("sq") else "x")
-    word = {"add": "mean" if kind.startswith("mean") else "sum", "max": "max"}[combine]
-    lc.globals.append(
-        f"{glob} = GroupStat({', '.join(args)})  # per (row, {g} columns): {word} of {what}"
-    )
-    lc.params[name] = glob
-    lc.add_field(Field(name, tensor, "group_stat", (g,), "int32"))
+        kw["mean"] = True
+    glob = f"_gs_{lc.step_name}_{name}"
+    what = folds(kind, of, f"{g}-column groups")
+    lc.global_line(f"# {name}: {what}\n{glob} = {lc.op('GroupStat', name, **kw)}")
+    # the group width is baked into the kernel (a compile-time constant): a plain int, no dim text
+    lc.operand(name, glob, Field(name, tensor, "group_stat", (int(g),), "int32"))
     return name, glob, g
 
 
 def grouped_reduce_lower(lc, op, kind: str):
     """reduce_row with ``group``: a prepass GroupStat whose ``.out`` writes the complete
     (M, N / group) statistic (no per-tile partials: groups never straddle tiles)."""
-    from coda_spec.lower.emit import Field
-
     name = op.results[0]
     field = lc.ident(name)
-    stat = f"{field}_stat"  # the GroupStat's fn parameter: a name no tensor or value uses
-    taken = {t.name for t in lc.analysis.tensors} | set(lc.params) | set(lc.env)
-    while stat in taken or any(v.expr == stat for v in lc.env.values()):
-        stat += "_"
+    stat = lc.fresh(f"{field}_stat")  # the GroupStat's fn parameter: no tensor or value's name
     param, glob, g = group_stat(lc, op, kind, stat, name)
-    lc.extra.append(f'{glob}.out("{field}")')
+    lc.extra_op(f'{glob}.out("{field}")')
     shape = (lc.rows, lc.width // g)
     lc.add_field(Field(field, name, "group_out", shape, "fp32", fold=PARTIAL_FOLD[kind]))
-    lc.line(f'# ({param}: unused here; .out("{field}") writes its {kind} per (row, {g} columns))')
+    what = folds(kind, op.get("of"), f"{g}-column groups")
+    lc.note(f"{field}: {what} -> ({shape[0]}, {shape[1]}) fp32 by the prepass ({param} unused)")
 
 
 def reduce_lower(lc, op, axis: str):
     """Lower reduce_row (axis "row": one value per row, QuACK ColVecReduce) or reduce_col."""
-    from coda_spec.lower.emit import Field
-    from coda_spec.primitives._lowering import lanes
-
     kind = op.get(op.prim)
     if op.get("group") is not None:
         if axis != "row":
@@ -232,7 +223,7 @@ def reduce_lower(lc, op, axis: str):
             # can fold both lanes; it reads the pairs' named fp32 lanes (a plain value is both)
             if axis != "row":
                 raise lc.error("a per-column reduction of packed pairs is not lowered")
-            (a0, a1), (b0, b1) = (lanes(lc, v) if v.form == "p" else (v.expr,) * 2 for v in (a, b))
+            (a0, a1), (b0, b1) = (lc.lanes(v) if v.form == "p" else (v.expr,) * 2 for v in (a, b))
             expr = f"{a0} + {a1}" if kind == "sum" else f"{a0} * {b0} + {a1} * {b1}"
     else:
         expr = vals[0].expr
@@ -240,18 +231,20 @@ def reduce_lower(lc, op, axis: str):
         shape = (lc.rows, lc.n_tiles(lc.width, lc.tile[1]))
     else:
         shape = (lc.n_tiles(lc.rows, lc.tile[0]), lc.width)
+    role = "colred" if axis == "row" else "rowred"
+    f = Field(field, name, role, shape, "fp32", fold=PARTIAL_FOLD[kind])
+    # per-tile partials; the text names the tile symbolically (one fn serves every tile config)
+    if axis == "row":
+        what = f"{folds(kind, of, 'columns')} -> ({lc.rows}, cdiv({lc.width}, tile_N)) partials"
+    else:
+        what = f"{folds(kind, of, 'rows')} -> (cdiv({lc.rows}, tile_M), {lc.width}) partials"
     if kind == "logsumexp":
         if axis != "row" or paired:
             raise lc.error("online logsumexp needs a plain per-row reduction")
-        lc.outs[field] = f'OnlineLSEReduce("{field}")'
-    else:
-        cls = "ColVecReduce" if axis == "row" else "RowVecReduce"
-        args = [f'"{field}"']
-        if COMBINE[kind] != "add":
-            args.append(f'combine="{COMBINE[kind]}"')
-        if scaled:
-            args.append("scaled=True")
-        lc.reduces[field] = f"{cls}({', '.join(args)})"
-    role = "colred" if axis == "row" else "rowred"
-    lc.add_field(Field(field, name, role, shape, "fp32", fold=PARTIAL_FOLD[kind]))
-    lc.returns[field] = expr
+        lc.out_op(field, lc.op("OnlineLSEReduce", field), expr, f, what)
+        return
+    kw = {"combine": COMBINE[kind]} if COMBINE[kind] != "add" else {}
+    if scaled:
+        kw["scaled"] = True
+    cls = "ColVecReduce" if axis == "row" else "RowVecReduce"
+    lc.reduce(field, lc.op(cls, field, **kw), expr, f, what)

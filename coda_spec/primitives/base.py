@@ -9,8 +9,14 @@ Layer map
   emit source text, so this package imports neither torch (lazily, inside ``reference``) nor
   cutlass/quack. ``host`` emits the Triton text of a host step's kernel
   (``coda_spec/lower/host_kernel.py``), also as pure text.
-* ``coda_spec/primitives/__init__.py`` — the registry: an explicit import list, no decorators, no
-  import-time side effects.
+* ``coda_spec/primitives/__init__.py`` — the registry: every module of the package not starting
+  with ``_`` (and not this one) is a primitive file exporting ``PRIMITIVE``, discovered by listing
+  the package; no list to edit, no decorators, no import-time side effects. ``_``-modules hold
+  shared builders (``_elementwise.parameterised_unary`` makes ``softcap`` a ~15-line file).
+* Adding a primitive touches only its file: the validator derives the keys an item may hold from
+  the schemas (``validate.item_fields``), the JSON Schema and the docs' primitive reference are
+  generated from the registry, and ``version`` feeds every build's content address
+  (``cache_key()``, via ``primitives.cache_keys``) so bumping it rebuilds the specs that use it.
 * ``coda_spec/analyze.py`` and ``coda_spec/reference.py`` walk the IR and dispatch on
   ``op.prim`` through the registry, never on Python types.
 
@@ -36,6 +42,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from coda_spec.dtypes import names as dtype_names
+
 # Families (docs/spec-language.md, "Primitive reference").
 ELEMENTWISE = "elementwise"
 PAIR = "pair"
@@ -46,9 +54,9 @@ STATEFUL = "stateful"
 FAMILIES = (ELEMENTWISE, PAIR, VECTOR, TILE, REDUCTION, STATEFUL)
 
 NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
-DTYPES = ("bf16", "fp16", "fp32")
-INDEX_DTYPES = ("int32", "int64")
-FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")
+DTYPES = dtype_names("float")  # the one dtype table: coda_spec.dtypes
+INDEX_DTYPES = dtype_names("index")
+FP8_DTYPES = dtype_names("fp8")
 
 
 @dataclass(frozen=True)
@@ -96,9 +104,10 @@ class Primitive:
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
     supports: Callable = field(default=lambda config, op: None)  # -> reason string or None
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
+    prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower/api.py)
     host: Callable | None = None  # (HostCtx, Op) -> None: emits Triton statements for a
     # host-step body (lower/host_kernel.py); None: host_kernel refuses a body that uses it
-    version: int = 1  # bump when semantics change; part of the cache key
+    version: int = 1  # bump when semantics change: part of the build hash (cache_key)
 
     def cache_key(self) -> tuple:
         return (self.name, self.version)

@@ -17,8 +17,8 @@ from coda_spec.primitives.base import (
 
 def _lower(lc, op):
     x = lc.v(op.get("cast"))
-    fn = {"bf16": "_round_bf16", "fp16": "_round_fp16", "fp32": ""}[op.get("dtype")]
-    expr = x.expr if not fn else (f"_map({fn}, {x.expr})" if x.form == "p" else f"{fn}({x.expr})")
+    fn = {"bf16": "round_bf16", "fp16": "round_fp16", "fp32": ""}[op.get("dtype")]
+    expr = lc.lanewise(fn, x) if fn else x.expr
     lc.let(op.results[0], expr, x.form)
 
 

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="Natural exponential.",
     example="- {exp: shifted, as: p}",
     siblings=("sigmoid",),
-    lower="_cm.exp",
+    lower="cute.math.exp",
     host="tl.exp({x})",
 )

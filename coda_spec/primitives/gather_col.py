@@ -42,7 +42,7 @@ def _lower(lc, op):
     x = lc.v(op.get("gather_col"))
     if x.form != "s":
         raise lc.error("gather_col reads a plain (unpaired) tile")
-    lc.selects[op.results[0]] = (x.expr, op.get("index"))
+    lc.select(op.results[0], x.expr, op.get("index"))
 
 
 def _host(hc, op):

@@ -1,6 +1,5 @@
 """`geglu`: GeGLU on interleaved (gate, up) column pairs: gelu_tanh(g) * u; half as wide."""
 
-from coda_spec.primitives._lowering import lanes
 from coda_spec.primitives._pairs import (
     gated_host,
     gated_infer,
@@ -11,8 +10,9 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 
 
 def _lower(lc, op):
-    g, u = lanes(lc, lc.v(op.get("geglu")), names=("g", "u"))
-    lc.let(op.results[0], f"_qa.gelu_tanh_approx({g}) * {u}", "s")
+    """``geglu(g, u)`` (quack.activation: gelu_tanh_approx(g) * u) on the pair's named lanes."""
+    g, u = lc.lanes(lc.v(op.get("geglu")), names=("g", "u"))
+    lc.let(op.results[0], lc.call("geglu", g, u), "s")
 
 
 PRIMITIVE = Primitive(

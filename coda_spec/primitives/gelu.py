@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="GELU, tanh approximation (as in GPT-2 and torch's approximate='tanh').",
     example="- {gelu: acc, as: act}",
     siblings=("silu",),
-    lower="_qa.gelu_tanh_approx",
+    lower="gelu_tanh_approx",
     host=HOST_GELU,
 )

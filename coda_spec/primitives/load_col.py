@@ -15,8 +15,8 @@ def _lower(lc, op):
     t = op.get("load_col")
     info = lc.info(t)
     dtype, transform = (info.dtype, "") if info.dtype in ("fp32", "bf16") else ("fp32", "to_fp32")
-    name = lc.param(t, "col", f'ColVecLoad("{lc.ident(t)}")', (1, lc.rows), dtype, transform)
-    lc.env[op.results[0]] = lc.val(name, "s")
+    name = lc.param(t, "col", lc.op("ColVecLoad", lc.ident(t)), (1, lc.rows), dtype, transform)
+    lc.bind(op.results[0], name, "s")
 
 
 def _host(hc, op):
@@ -35,5 +35,6 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_col"]).reshape(-1, 1),),
     lower=_lower,
+    prepass=True,
     host=_host,
 )

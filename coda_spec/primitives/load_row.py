@@ -17,10 +17,10 @@ def _lower(lc, op):
     if width != lc.width:
         # A half-width row in acc_pair mode is a per-pair table (RoPE frequencies): the
         # consumer decides how it is passed, so defer it.
-        lc.env[op.results[0]] = lc.val(f"<row {t}>", "deferred", tensor=t)
+        lc.bind(op.results[0], f"<row {t}>", "deferred", tensor=t)
         return
-    name = lc.param(t, "row", f'RowVecLoad("{lc.ident(t)}")', (1, width), info.dtype)
-    lc.env[op.results[0]] = lc.val(name, lc.form_of_width(width))
+    name = lc.param(t, "row", lc.op("RowVecLoad", lc.ident(t)), (1, width), info.dtype)
+    lc.bind(op.results[0], name, lc.form_of_width(width))
 
 
 def _host(hc, op):
@@ -41,5 +41,6 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_row"]).reshape(1, -1),),
     lower=_lower,
+    prepass=True,
     host=_host,
 )

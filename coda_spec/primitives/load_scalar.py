@@ -19,8 +19,8 @@ def _infer(tc, op, ins, tensors):
 
 def _lower(lc, op):
     t = op.get("load_scalar")
-    name = lc.param(t, "scalar", f'Scalar("{lc.ident(t)}")', (), "fp32")
-    lc.env[op.results[0]] = lc.val(name, "s")
+    name = lc.param(t, "scalar", lc.op("Scalar", lc.ident(t)), (), "fp32")
+    lc.bind(op.results[0], name, "s")
 
 
 def _host(hc, op):
@@ -39,5 +39,6 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_scalar"]).reshape(()),),
     lower=_lower,
+    prepass=True,
     host=_host,
 )

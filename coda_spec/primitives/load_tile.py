@@ -28,18 +28,15 @@ def _lower(lc, op):
     info = lc.info(t)
     width = info.shape[1]
     if lc.mode == "packed_cd_b16x2" and width != lc.width:
-        if lc.c is not None:
-            raise lc.error("packed mode reads one 16-bit pair tile (the GEMM C operand)")
-        lc.c = (t, info.dtype, tuple(info.shape))
-        lc.let(op.results[0], "c", "p")
+        lc.let(op.results[0], lc.bind_c(t, info.dtype, tuple(info.shape)), "p")
         return
     if lc.mode == "acc_pair" and width != lc.width:
         raise lc.error("acc_pair kernels read tiles as wide as the accumulator")
-    name = lc.param(t, "tile", f'TileLoad("{lc.ident(t)}")', tuple(info.shape), info.dtype)
+    name = lc.param(t, "tile", lc.op("TileLoad", lc.ident(t)), tuple(info.shape), info.dtype)
     if op.results[0] != t:
         lc.let(op.results[0], name, lc.form_of_width(width))
     else:
-        lc.env[t] = lc.val(name, lc.form_of_width(width))
+        lc.bind(t, name, lc.form_of_width(width))
 
 
 def _host(hc, op):
@@ -60,5 +57,6 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=lambda rt, op, ins, tensors: (rt.load(tensors["load_tile"]),),
     lower=_lower,
+    prepass=True,
     host=_host,
 )

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="Natural logarithm.",
     example="- {log: p, as: logp}",
     siblings=("sqrt",),
-    lower="_cm.log",
+    lower="cute.math.log",
     host="tl.log({x})",
 )

@@ -53,10 +53,10 @@ def _lower(lc, op):
     name = op.results[0]
     param, _, g = group_stat(lc, op, op.get("prepass"), lc.ident(name), name)
     if lc.mode == "acc_pair" and g % 2 == 0:
-        lc.line(f"# ({param} arrives as a Pair of equal lanes: a column pair lies in one group)")
-        lc.env[name] = lc.val(f"{param}.a", "s")
+        lc.note(f"({param} arrives as a Pair of equal lanes: a column pair lies in one group)")
+        lc.bind(name, f"{param}.a", "s")
     else:
-        lc.env[name] = lc.val(param, "p" if lc.mode == "acc_pair" else "s")
+        lc.bind(name, param, "p" if lc.mode == "acc_pair" else "s")
 
 
 def _supports(config, op):

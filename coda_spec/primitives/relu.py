@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="ReLU, max(x, 0).",
     example="- {relu: acc, as: act}",
     siblings=("squared_relu",),
-    lower="_qa.relu",
+    lower="relu",
     host="tl.maximum({x}, 0.0)",
 )

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="Reciprocal square root, 1 / sqrt(x).",
     example="- {rsqrt: ms, as: rstd}",
     siblings=("sqrt",),
-    lower="_cm.rsqrt",
+    lower="cute.math.rsqrt",
     host="tl.rsqrt({x})",
 )

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="Logistic sigmoid, 1 / (1 + exp(-x)).",
     example="- {sigmoid: acc, as: gate}",
     siblings=("tanh",),
-    lower="_qa.sigmoid",
+    lower="sigmoid",
     host="tl.sigmoid({x})",
 )

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="SiLU (swish), x * sigmoid(x).",
     example="- {silu: acc, as: act}",
     siblings=("gelu",),
-    lower="_qa.silu",
+    lower="silu",
     host=HOST_SILU,
 )

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="Square root.",
     example="- {sqrt: var, as: std}",
     siblings=("rsqrt",),
-    lower="_cm.sqrt",
+    lower="cute.math.sqrt",
     host="tl.sqrt_rn({x})",  # IEEE-rounded, as torch (tl.sqrt is approximate)
 )

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="Squared ReLU, max(x, 0)^2 (Primer; relu² in nanoGPT speedruns).",
     example="- {squared_relu: acc, as: act}",
     siblings=("relu",),
-    lower="_qa.relu_sq",
+    lower="relu_sq",
     host="tl.maximum({x}, 0.0) * tl.maximum({x}, 0.0)",
 )

@@ -7,6 +7,7 @@ pass); the new tensor is named by ``to`` and ``t`` may not be read after this st
 Tiles write an M x W tensor; column vectors (a gathered target logit) write a length-M one.
 """
 
+from coda_spec.lower.api import Code, Field
 from coda_spec.primitives.base import (
     DTYPES,
     NAME_RE,
@@ -37,22 +38,24 @@ def _reference(rt, op, ins, tensors):
 
 
 def _lower(lc, op):
-    from coda_spec.lower.emit import Field
-
+    """The first full-width store is D (``add_to``: QuACK's add_to_output); other tiles are
+    ``TileStore`` aux outputs; a pending ``gather_col`` value becomes a ``ColVecSelect`` sink
+    reading the index tensor through a shared ``ColVecLoad`` (an extra op)."""
     raw, to = op.get("store"), op.get("to")
     info = lc.info(to)
     field = lc.ident(to)
-    if raw in lc.selects:
-        expr, index = lc.selects.pop(raw)
-        idx = lc.info(index)
-        glob = f"_idx_{lc.ident(index)}"
-        lc.globals.append(f'{glob} = ColVecLoad("{lc.ident(index)}")')
-        if glob not in lc.extra:
-            lc.extra.append(glob)
-            lc.add_field(Field(lc.ident(index), index, "index", (lc.rows,), idx.dtype))
-        lc.outs[field] = f'ColVecSelect("{field}", idx_op={glob})'
-        lc.add_field(Field(field, to, "select", (lc.rows,), "fp32"))
-        lc.returns[field] = expr
+    pending = lc.take_select(raw)
+    if pending is not None:
+        expr, index = pending
+        name = lc.ident(index)
+        glob = f"_idx_{name}"
+        lc.global_line(f"{glob} = {lc.op('ColVecLoad', name)}")
+        if not lc.has_extra_op(glob):
+            lc.extra_op(glob)
+            lc.add_field(Field(name, index, "index", (lc.rows,), lc.info(index).dtype))
+        select = lc.op("ColVecSelect", field, idx_op=Code(glob))
+        what = f"per row m, {expr} at column {index}[m] -> ({lc.rows},) fp32"
+        lc.out_op(field, select, expr, Field(field, to, "select", (lc.rows,), "fp32"), what)
         return
     v = lc.v(raw)
     width = info.shape[1] if len(info.shape) == 2 else None
@@ -60,22 +63,15 @@ def _lower(lc, op):
         raise lc.error("only tiles and gathered per-row values can be stored from an epilogue")
     d_width = 2 * lc.width if lc.mode == "packed_cd_b16x2" else lc.width
     add_to = op.get("add_to")
-    if lc.d is None and width == d_width and (lc.mode != "packed_cd_b16x2" or v.form == "p"):
-        lc.d = (to, info.dtype, tuple(info.shape))
-        lc.returns["D"] = v.expr
-        if add_to is not None:
-            if lc.c is not None:
-                raise lc.error("add_to cannot be combined with a C operand")
-            lc.add_to = add_to
+    if not lc.has_d() and width == d_width and (lc.mode != "packed_cd_b16x2" or v.form == "p"):
+        lc.store_d(to, info.dtype, tuple(info.shape), v.expr, add_to)
         return
     if add_to is not None:
         raise lc.error("only the kernel's first full-width store (D) can accumulate (add_to)")
     gated = lc.mode == "acc_pair"
     if gated and width == lc.width:
         raise lc.error("acc_pair kernels store one full-width tile (D) and half-width aux tiles")
-    lc.outputs.append(f'TileStore("{field}"' + (", gated=True)" if gated else ")"))
-    lc.add_field(Field(field, to, "aux", tuple(info.shape), info.dtype))
-    lc.returns[field] = v.expr
+    lc.aux_output(field, to, tuple(info.shape), info.dtype, v.expr, gated)
 
 
 def _host(hc, op):

@@ -1,6 +1,5 @@
 """`swiglu`: SwiGLU on interleaved (gate, up) column pairs: silu(g) * u, half as wide."""
 
-from coda_spec.primitives._lowering import lanes
 from coda_spec.primitives._pairs import (
     gated_host,
     gated_infer,
@@ -11,8 +10,9 @@ from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 
 
 def _lower(lc, op):
-    g, u = lanes(lc, lc.v(op.get("swiglu")), names=("g", "u"))
-    lc.let(op.results[0], f"_qa.silu({g}) * {u}", "s")
+    """``swiglu(g, u)`` (quack.activation: silu(g) * u) on the pair's named lanes."""
+    g, u = lc.lanes(lc.v(op.get("swiglu")), names=("g", "u"))
+    lc.let(op.results[0], lc.call("swiglu", g, u), "s")
 
 
 PRIMITIVE = Primitive(

@@ -8,6 +8,6 @@ PRIMITIVE = unary(
     summary="Hyperbolic tangent.",
     example="- {tanh: acc, as: t}",
     siblings=("sigmoid",),
-    lower="_qa.tanh",
+    lower="tanh",
     host=HOST_TANH,
 )

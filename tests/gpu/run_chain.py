@@ -5,8 +5,8 @@
 For each M: fresh random inputs (``coda_spec.inputs``, never zeros, recorded seed), the kernels
 through ``coda_spec.runtime``, the spec's math in fp64 (ref) and in the low-precision pipeline
 (ref_lowp) with ``coda_spec.reference`` on the same GPU, and per output: max |out - ref|, the
-relative error ||out - ref|| / ||ref||, and verify's bound (docs/verification.md)
-2 * max|ref_lowp - ref| + floor.
+relative error ||out - ref|| / ||ref||, and verify's pass rule (``coda_spec.verify.bound``, the
+one home of the rule; docs/verification.md).
 This is issue 3's end-to-end check; ``coda verify`` will grow from it.
 """
 
@@ -22,8 +22,7 @@ import torch
 import coda_spec
 from coda_spec.inputs import make_inputs
 from coda_spec.reference import run
-
-FLOOR = {"fp32": 1e-5, "bf16": 0.0, "fp16": 0.0}
+from coda_spec.verify import bound
 
 
 def compare(chain, m: int, seed: int) -> list[dict]:
@@ -44,7 +43,7 @@ def compare(chain, m: int, seed: int) -> list[dict]:
         name = o["name"]
         got, want, lo = out[name].double(), ref[name].double(), lowp[name].double()
         err = (got - want).abs()
-        bound = 2 * float((lo - want).abs().max()) + FLOOR[o["dtype"]]
+        limit = bound(want, lo, o["dtype"])
         rows.append(
             {
                 "M": m,
@@ -53,9 +52,9 @@ def compare(chain, m: int, seed: int) -> list[dict]:
                 "dtype": o["dtype"],
                 "max_abs_err": float(err.max()),
                 "rel_err": float(err.norm() / want.norm()),
-                "bound": bound,
+                "bound": limit,
                 "nan": int(torch.isnan(got).sum()),
-                "pass": bool(torch.isfinite(got).all()) and float(err.max()) <= bound,
+                "pass": bool(torch.isfinite(got).all()) and float(err.max()) <= limit,
                 "first_call_s": round(first_call_s, 4),
             }
         )

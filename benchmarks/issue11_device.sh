@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 11 on the lent H200: nothing regresses after the back-half refactor (manifest format 6,
+# the lowering API, the new generated kernels) and the new `softcap` primitive verifies.
+# Here (no GPU), first:
+#   bash ../shared/device/pack.sh
+#   coda build specs/*.yaml tests/gpu/mutant_rmsnorm_chain.yaml tests/specs_extra/softcap_logits.yaml \
+#     tests/specs_extra/host_elementwise.yaml tests/specs_extra/host_gather.yaml \
+#     tests/specs_extra/host_pairs.yaml
+# then on the device, with carry [".device", "build"]:
+#   bash benchmarks/issue11_device.sh verify   # coda verify of every build (real, ragged, small)
+#   bash benchmarks/issue11_device.sh gates    # tests/gpu (chains, fuzz, misuse, training gates)
+#   bash benchmarks/issue11_device.sh bench W  # coda bench of b3, b4, llama_block at width W
+# Logs go to $OUT/<part>/ and are packed into $OUT/<part>.tar.gz.
+set -o pipefail
+part=${1:?usage: issue11_device.sh verify|gates|bench WIDTH}
+source .device/setup.sh
+out=${OUT:-/tmp/coda-issue11}/$part${2:+-w$2}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
+case $part in
+  verify)
+    # shellcheck disable=SC2046
+    timeout ${VERIFY_S:-540} python3 -m coda_spec.cli verify $(ls -d build/*-latest) \
+      --seed 20261201 --junit "$out/verify.junit.xml" 2>&1 | tee "$out/verify.log"
+    echo "verify exit ${PIPESTATUS[0]}" | tee -a "$out/verify.log"
+    ;;
+  gates)
+    timeout ${GPU_TESTS_S:-540} python3 -m pytest tests/gpu -q -rA -p no:cacheprovider \
+      2>&1 | tee "$out/gpu-tests.log"
+    ;;
+  bench)
+    timeout ${BENCH_S:-540} python3 -m coda_spec.cli bench specs/b3_rope_bwd.yaml \
+      specs/b4_ce_fwd_bwd.yaml specs/llama_block.yaml --width "${2:?width}" --m 16384 \
+      --rounds "${ROUNDS:-15}" --baselines eager,compile --out "$out" 2>&1 | tee "$out/bench.log"
+    echo "coda bench exit ${PIPESTATUS[0]}" | tee -a "$out/bench.log"
+    ;;
+esac
+tar -czf "${OUT:-/tmp/coda-issue11}/$part${2:+-w$2}.tar.gz" -C "$out" .

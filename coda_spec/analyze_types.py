@@ -1,0 +1,90 @@
+"""The facts ``analyze`` records, and what a primitive's ``infer`` may ask about its step.
+
+Part of stage ``analyze`` (layer map in ``coda_spec.analyze``): ``TensorInfo`` (one chain tensor:
+folded shape, dtype, producer), ``StepInfo`` (one step: reads, writes, accumulator shape, pairing
+mode, the kind of each epilogue value) and ``TypeCtx``, the context handed to each primitive's
+``infer``. Pure data and tiny helpers shared by the typing walk (``analyze_steps``) and the
+chain-level checks (``analyze_order``); imports no other analyze module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coda_spec.dims import DimError, fold
+from coda_spec.ir import Loc
+from coda_spec.primitives.base import TypeProblem, double, half
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple  # folded dims (int or dynamic-dim name)
+    dtype: str
+    origin: str  # input | grad_in | stored | finalized | partial
+    producer: str  # step name ("" for inputs)
+    loc: Loc = field(compare=False)
+    ignore_index: int | None = None
+    partial: tuple | None = None  # (kind, reduce op, width, group) for partials
+    add_to: str | None = None  # the input this output accumulated into, in place
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    name: str
+    kind: str
+    reads: tuple
+    writes: tuple
+    rows: object = None
+    width: object = None
+    k: object = None
+    mode: str = ""
+    values: tuple = ()  # ((name, VType), ...)
+
+
+class TypeCtx:
+    """What a primitive's ``infer`` may ask about the step it sits in."""
+
+    def __init__(self, rows, width, sizes, has_acc):
+        self.rows, self.width, self.sizes, self.has_acc = rows, width, sizes, has_acc
+
+    def fold(self, expr, key):
+        try:
+            return fold(expr, self.sizes)
+        except DimError as e:
+            raise TypeProblem(str(e), key, e.hint) from e
+
+    def width_ok(self, w) -> bool:
+        return w in (self.width, half(self.width), double(self.width))
+
+    def width_choices(self) -> str:
+        return f"{self.width}, {half(self.width)} or {double(self.width)}"
+
+    @staticmethod
+    def both_literals(op) -> bool:
+        v = op.get(op.prim)
+        return isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)
+
+
+def load_hint(info, rows=None) -> str:
+    if len(info.shape) == 1:  # a per-row vector is as long as the step has rows
+        prim = "load_col" if info.shape[0] == rows else "load_row"
+    else:
+        prim = {2: "load_tile", 0: "load_scalar"}.get(len(info.shape), "load_tile")
+    return f"load it first: - {{{prim}: {info.name}}}"
+
+
+def shape_expr(data, name, idx):
+    """The dim expression a tensor declares at ``idx`` (as written), or None."""
+    try:
+        return data["tensors"][name]["shape"][idx]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def flat(values):
+    for v in values:
+        if isinstance(v, list):
+            yield from (x for x in v if x is not None)
+        elif v is not None:
+            yield v
