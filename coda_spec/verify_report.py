@@ -8,6 +8,7 @@ this module imports nothing from coda, and neither torch nor the compiler.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 
@@ -47,6 +48,18 @@ def with_replaced(report: Report, **kw) -> Report:
     return replace(report, **kw)
 
 
+def algebra_line(case: str, output: str, rel_err: float, ok: bool) -> str:
+    """One ``equivalent_to`` row. An infinite error is an output nothing proves (the spec has no
+    ``equivalent_to``, or it does not assign that output): said so, not shown as a number."""
+    head = f"equivalent_to [{case}] {output}:"
+    if math.isinf(rel_err):
+        return (
+            f"{head} UNPROVEN (equivalent_to does not give it; add the unfused math, "
+            "see coda check --math)"
+        )
+    return f"{head} rel_err {rel_err:.1e} {'ok' if ok else 'MISMATCH'}"
+
+
 def render_table(report: Report) -> str:
     lines = [
         f"chain {report.chain}  seed {report.seed}  device {report.device}  "
@@ -66,9 +79,7 @@ def render_table(report: Report) -> str:
                 f"{'yes' if c.passed else 'NO'}{'  ' + c.note if c.note else ''}"
             )
     for case, out, rel, ok in report.algebra:
-        lines.append(
-            f"  equivalent_to [{case}] {out}: rel_err {rel:.1e} {'ok' if ok else 'MISMATCH'}"
-        )
+        lines.append(f"  {algebra_line(case, out, rel, ok)}")
     for note in report.extra.get("notes", ()):
         lines.append(f"  note: {note}")
     san = report.extra.get("sanitizer")
@@ -100,7 +111,7 @@ def junit(reports: list[Report]) -> str:
             body = ""
             if not ok:
                 failures += 1
-                msg = quoteattr(f"equivalent_to [{case}] {out}: rel_err {rel:.1e} MISMATCH")
+                msg = quoteattr(algebra_line(case, out, rel, ok))
                 body = f"<failure message={msg}/>"
             cases_xml.append(f'  <testcase classname="coda.verify" name={name}>{body}</testcase>')
         san = r.extra.get("sanitizer")

@@ -422,3 +422,25 @@ def test_junit_lists_an_unclean_sanitizer_run(checked_specs, tmp_path):
     suite = ET.fromstring(R.junit([R.with_replaced(rep, extra={"sanitizer": san})]))
     failed = [c for c in suite.findall("testcase") if c.find("failure") is not None]
     assert [c.get("name") for c in failed] == ["rmsnorm_chain.sanitizer"]
+
+
+@pytest.mark.parametrize(
+    "rel, ok, shown",
+    [
+        (3e-16, True, "rel_err 3.0e-16 ok"),
+        (0.5, False, "rel_err 5.0e-01 MISMATCH"),
+        (float("inf"), False, "UNPROVEN (equivalent_to does not give it"),
+    ],
+    ids=["proven", "mismatch", "unproven"],
+)
+def test_equivalent_to_rows_say_unproven_not_inf(rel, ok, shown):
+    """A spec without equivalent_to (or one that does not assign an output) reads as unproven
+    in the table and in JUnit, not as an infinite error."""
+    rep = R.Report("c", "", 1, "cpu", algebra=(("math", "y", rel, ok),))
+    assert f"equivalent_to [math] y: {shown}" in R.render_table(rep)
+    assert ("rel_err inf" in R.render_table(rep)) is False
+    suite = ET.fromstring(R.junit([rep]))
+    failure = suite.find("testcase/failure")
+    assert (failure is None) is ok
+    if failure is not None:
+        assert shown in failure.get("message")
