@@ -19,10 +19,9 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 case $part in
   verify)
+    # one coda verify process per chain, 90 s each, unbuffered, with a stack dump on time-out
     # shellcheck disable=SC2046
-    timeout ${VERIFY_S:-540} python3 -m coda_spec.cli verify $(ls -d build/*-latest) \
-      --seed 20261201 --junit "$out/verify.junit.xml" 2>&1 | tee "$out/verify.log"
-    echo "verify exit ${PIPESTATUS[0]}" | tee -a "$out/verify.log"
+    OUT=$out bash benchmarks/verify_each.sh "${VERIFY_EACH_S:-90}" $(ls -d build/*-latest)
     ;;
   gates)
     timeout ${GPU_TESTS_S:-540} python3 -m pytest tests/gpu -q -rA -p no:cacheprovider \
