@@ -9,10 +9,10 @@
 # then on the device, with carry [".device", "build"]:
 #   bash benchmarks/issue11_device.sh verify   # coda verify of every build (real, ragged, small)
 #   bash benchmarks/issue11_device.sh gates    # tests/gpu (chains, fuzz, misuse, training gates)
-#   bash benchmarks/issue11_device.sh bench W  # coda bench of b3, b4, llama_block at width W
+#   (coda bench: benchmarks/runtime_device.sh bench W)
 # Logs go to $OUT/<part>/ and are packed into $OUT/<part>.tar.gz.
 set -o pipefail
-part=${1:?usage: issue11_device.sh verify|gates|bench WIDTH}
+part=${1:?usage: issue11_device.sh verify|gates}
 source .device/setup.sh
 out=${OUT:-/tmp/coda-issue11}/$part${2:+-w$2}
 mkdir -p "$out"
@@ -26,12 +26,6 @@ case $part in
   gates)
     timeout ${GPU_TESTS_S:-540} python3 -m pytest tests/gpu -q -rA -p no:cacheprovider \
       2>&1 | tee "$out/gpu-tests.log"
-    ;;
-  bench)
-    timeout ${BENCH_S:-540} python3 -m coda_spec.cli bench specs/b3_rope_bwd.yaml \
-      specs/b4_ce_fwd_bwd.yaml specs/llama_block.yaml --width "${2:?width}" --m 16384 \
-      --rounds "${ROUNDS:-15}" --baselines eager,compile --out "$out" 2>&1 | tee "$out/bench.log"
-    echo "coda bench exit ${PIPESTATUS[0]}" | tee -a "$out/bench.log"
     ;;
 esac
 tar -czf "${OUT:-/tmp/coda-issue11}/$part${2:+-w$2}.tar.gz" -C "$out" .

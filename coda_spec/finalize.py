@@ -1,7 +1,8 @@
 """Finalize ops: fold a reduction's per-tile partials into a chain tensor (runs between kernels).
 
-In a built chain a finalize is a tiny host-launched torch op over an (M, n_tiles) or
-(m_tiles, N) fp32 buffer; in the reference the partial already holds the exact reduction, so
+In a built chain a finalize is a compiled Triton kernel (``coda_spec/lower/finalize_kernel.py``,
+or folded into the host kernel that wrote the partial) over an (M, n_tiles) or (m_tiles, N) fp32
+buffer; in the reference the partial already holds the exact reduction, so
 folding is the identity plus the op's arithmetic. Results are fp32.
 
 ====================  =================================  ======================================
@@ -18,14 +19,16 @@ op                    result                             may fold partials of
 reductions); CODA's zdz divides a row dot over the next GEMM's width by the norm width D, so it
 sets ``n: D`` explicitly.
 
-Reductions over nothing (M = 0 rows; ``coda_spec.runtime`` documents the rule): a sum is 0, a
-mean is 0 (not 0/0), rsqrt_mean is therefore rsqrt(eps), max and logsumexp are -inf.
+Reductions over nothing (M = 0 rows; docs/runtime.md documents the rule): a sum is 0, a mean
+is 0 (not 0/0), rsqrt_mean is therefore rsqrt(eps), max and logsumexp are -inf
+(:data:`EMPTY_FOLD`; the generated finalize kernels and the tests' torch emulation follow it).
 """
 
 from __future__ import annotations
 
 OPS = ("sum", "mean", "rsqrt_mean", "logsumexp", "max")
 NEEDS_N = ("mean", "rsqrt_mean")
+EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # a fold over nothing
 
 
 def fold(rt, op: str, partial, n: int, eps: float | None, kind: str):

@@ -16,10 +16,8 @@ import torch
 from coda_spec import runtime
 from coda_spec.dims import evaluator
 from coda_spec.dtypes import TORCH_DTYPES
-from coda_spec.finalize import mean_of
+from coda_spec.finalize import EMPTY_FOLD, mean_of
 from coda_spec.reference import PRECISIONS, _run_step
-
-EMPTY_FOLD = {"sum": 0.0, "max": float("-inf"), "logsumexp": float("-inf")}  # over nothing
 
 
 def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:

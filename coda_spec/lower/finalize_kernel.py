@@ -2,9 +2,9 @@
 
 Layer map
 ---------
-* ``coda_spec/finalize.py`` defines what a finalize computes (the op table, ``mean_of``);
-  ``coda_spec/runtime.py`` (``Chain._finalize``, ``_fold``, ``EMPTY_FOLD``) is today's eager
-  torch version and the semantics this kernel reproduces.
+* ``coda_spec/finalize.py`` defines what a finalize computes (the op table, ``mean_of``,
+  ``EMPTY_FOLD``); the tests' torch emulation (``tests/emulate.fold_partials``) states the same
+  semantics in torch and is the oracle of this module's tests.
 * This module turns a manifest finalize step, plus the field of the kernel step that wrote its
   partial buffer, into a :class:`~coda_spec.lower.triton_aot.TritonKernel`: a complete,
   readable Triton module (one ``@triton.jit`` entry) and how the runtime binds and launches it.
