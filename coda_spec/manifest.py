@@ -26,6 +26,7 @@ import sys
 import time
 
 from coda_spec.artifact import FORMAT_VERSION, with_exprs
+from coda_spec.config import config_text
 from coda_spec.dims import exprs
 from coda_spec.versions import tool_versions
 
@@ -68,6 +69,7 @@ def compiler_lib_dirs() -> list[tuple[str, str]]:
 
 def _variant(v: dict, rec: dict) -> dict:
     return {
+        "name": config_text(v["config"]),  # the variant's one name (--config syntax)
         "config": v["config"],
         "symbol": v["symbol"],
         "fields": v["fields"],

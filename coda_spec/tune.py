@@ -226,24 +226,18 @@ class TuneRun:
     margin: float = DEFAULT_MARGIN
 
 
-def variant_steps(chain) -> list[dict]:
+def variant_steps(chain) -> list:
     """The kernel steps of a chain (forward, then backward) with more than one variant."""
-    m = chain.manifest
-    return [
-        s
-        for s in list(m["steps"]) + list(m.get("backward_steps", []))
-        if s["kind"] == "kernel" and len(chain.variant_names(s["name"])) > 1
-    ]
+    return [s for s in chain.manifest.kernel_steps() if len(s.variants) > 1]
 
 
-def timed_steps(manifest: dict, step: dict) -> list[dict]:
+def timed_steps(manifest, step) -> list:
     """What one variant's time covers: the kernel step and the finalizes that fold its
     partial buffers (``links``). Their cost depends on the variant -- a tile half as wide writes
     twice the partial columns for the finalize to read -- so timing the kernel alone can pick a
     variant that makes the chain slower (b1 at D = 2048 on the H200, docs/tuning.md)."""
-    steps = list(manifest["steps"]) + list(manifest.get("backward_steps", []))
-    fed = {link["to"] for link in manifest.get("links", []) if link["from"] == step["name"]}
-    return [step] + [s for s in steps if s["kind"] == "finalize" and s["name"] in fed]
+    fed = {link.to for link in manifest.links if link.source == step.name}
+    return [step] + [s for s in manifest.all_steps if s.kind == "finalize" and s.name in fed]
 
 
 def tune_shape(
@@ -272,11 +266,9 @@ def tune_shape(
     for s in steps:
         if not chain.launches(s, sizes):  # an empty GEMM: no kernel runs, nothing to pick
             continue
-        names = tuple(chain.variant_names(s["name"]))
+        names = tuple(chain.variant_names(s.name))
         cands = {
-            n: chain.with_variants({s["name"]: i}).steps_fn(
-                env, sizes, timed_steps(chain.manifest, s)
-            )
+            n: chain.with_variants({s.name: i}).steps_fn(env, sizes, timed_steps(chain.manifest, s))
             for i, n in enumerate(names)
         }
         t0 = time.perf_counter()
@@ -285,7 +277,7 @@ def tune_shape(
             clock,
             opts.rounds,
             opts.warmup,
-            progress=lambda msg, k=s["name"], t0=t0: progress(
+            progress=lambda msg, k=s.name, t0=t0: progress(
                 f"{k}: {msg} ({time.perf_counter() - t0:.1f} s)"
             ),
         )
@@ -293,7 +285,7 @@ def tune_shape(
             KernelTune(
                 build=build,
                 spec=checked.spec.name,
-                kernel=s["name"],
+                kernel=s.name,
                 sizes=dict(sizes),
                 static=static,
                 m=int(sizes[dynamic[0]]) if dynamic else 0,
@@ -378,8 +370,7 @@ def run_tune(
 
 
 def _configs(chain) -> list[str]:
-    m = chain.manifest
-    return [config_text(c) for c in m.get("configs") or [m["config"]]]
+    return [config_text(c) for c in chain.manifest.configs]
 
 
 def _empty_cache() -> None:

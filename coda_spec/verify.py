@@ -40,9 +40,11 @@ EXIT_INVALID_SPEC, EXIT_TOOL_FAILURE, EXIT_NO_GPU (the reference-side checks ran
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
+from coda_spec import suits
+from coda_spec.config import config_text
+from coda_spec.runtime import plan
 from coda_spec.verify_report import Check, Report
 
 REAL_M, RAGGED_M, SMALL_M = 16384, 1000, 64
@@ -114,49 +116,18 @@ def cases(
     ]
 
 
-def resized_manifest(chain, checked_case) -> dict:
-    """The manifest at the re-analysed case's dims, without lowering anything.
-
-    Every shape of a manifest is an expression over the spec's dims, so re-sizing replaces
-    ``dims``. What else can change with the dims is which tile configs a kernel's primitives
-    support (``supports(config, op)`` at the new sizes and GEMM N, as the build asked when it
-    lowered each candidate): a variant a primitive refuses is left out, for its kernel only;
-    the fallback (``variants[0]``) must be supported (else the case is skipped, noted)."""
-    from coda_spec.artifact import with_exprs
-    from coda_spec.config import BuildConfig, config_text
-    from coda_spec.primitives import registry
-    from coda_spec.runtime import step_variants
-
-    m = with_exprs(chain.manifest)  # a copy (a manifest made in memory may still hold Syms)
-    spec = checked_case.spec
-    m["dims"] = {d.name: d.size for d in spec.dims}
-    sizes = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
-    prims = registry()
-    kernels = {s.name: (s, i) for s, i in checked_case.analysis.step_infos() if s.kind == "kernel"}
-
-    def refusal(name: str, key: dict) -> str | None:
-        step, info = kernels[name]
-        width = info.width if isinstance(info.width, int) else 0
-        cfg = replace(BuildConfig(**key), sizes=sizes, width=width)
-        reasons = (prims[op.prim].supports(cfg, op) for op in step.epilogue)
-        return next((r for r in reasons if r is not None), None)
-
-    def fix(step):
-        if step["kind"] != "kernel":
-            return step
-        first, *rest = step_variants(m, step)
-        why = refusal(step["name"], first["config"])
-        if why is not None:
-            raise CaseSkipped(
-                f"kernel '{step['name']}' cannot run its fallback {config_text(first['config'])} "
-                f"at these dims: {why}"
-            )
-        kept = [first] + [v for v in rest if refusal(step["name"], v["config"]) is None]
-        return dict(step, variants=kept)
-
-    m["steps"] = [fix(s) for s in m["steps"]]
-    m["backward_steps"] = [fix(s) for s in m.get("backward_steps", [])]
-    return m
+def resized_manifest(chain, checked_case):
+    """The chain's manifest at the re-analysed case's dims, lowering nothing
+    (``coda_spec.runtime.plan.resized_manifest``): a variant a primitive refuses there is left
+    out; a refused fallback skips the case, noted."""
+    try:
+        return plan.resized_manifest(
+            chain.manifest,
+            {d.name: d.size for d in checked_case.spec.dims},
+            suits.refusal(checked_case),
+        )
+    except plan.FallbackRefused as e:
+        raise CaseSkipped(str(e)) from None
 
 
 def _untouched(manifest, analysis, out_name, env):
@@ -164,16 +135,13 @@ def _untouched(manifest, analysis, out_name, env):
     ignored (its ignore_index, or out of range: the kernel writes only in-range rows)."""
     import torch
 
-    for step in manifest["steps"] + manifest.get("backward_steps", []):
-        if step["kind"] != "kernel":
+    for step in manifest.kernel_steps():
+        f = next((f for f in step.fields if f.tensor == out_name), None)
+        if f is None or f.role != "select":
             continue
-        fields = {f["tensor"]: f for f in step["fields"]}
-        f = fields.get(out_name)
-        if f is None or f["role"] != "select":
-            continue
-        index = next(x["tensor"] for x in step["fields"] if x["role"] == "index")
+        index = next(x.tensor for x in step.fields if x.role == "index")
         idx = env[index].long()
-        n = _static_value(step["n"], manifest["dims"])
+        n = _static_value(step.n, manifest.dims)
         bad = idx < 0
         if n is not None:
             bad |= idx >= n
@@ -245,13 +213,11 @@ def _partials(manifest, env) -> list[tuple[str, int]]:
     import torch
 
     out = []
-    for step in manifest["steps"] + manifest.get("backward_steps", []):
-        if step["kind"] != "kernel":
-            continue
-        for f in step["fields"]:
-            if f["role"] in ("colred", "rowred", "group_out"):
-                buf = env[f["tensor"]]
-                out.append((f["tensor"], int((~torch.isfinite(buf)).sum())))
+    for step in manifest.kernel_steps():
+        for f in step.fields:
+            if f.partial:
+                buf = env[f.tensor]
+                out.append((f.tensor, int((~torch.isfinite(buf)).sum())))
     return out
 
 
@@ -290,7 +256,7 @@ def verify_case(
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     inputs = {k: v.to(dev) for k, v in low.items()}
     grads = None  # a chain with a backward section is verified forward AND backward
-    if manifest.get("backward_steps") and manifest.get("grads_in"):
+    if manifest.has_backward:
         low_g, _ = make_grads(case_checked.spec, case_checked.analysis, sizes, seed + 1)
         grads = {k: v.to(dev) for k, v in low_g.items()}
     env = runner.run(
@@ -302,18 +268,18 @@ def verify_case(
     lowp = run(ref_checked.analysis, inputs, "lowp", sizes, grads=grads)
     shown = {k: v for k, v in sizes.items()}
     checks = []
-    outputs = manifest["outputs"] + (manifest.get("backward_outputs", []) if grads else [])
+    outputs = manifest.outputs + (manifest.backward_outputs if grads else ())
     for o in outputs:
-        untouched = _untouched(manifest, case_checked.analysis, o["name"], inputs)
+        untouched = _untouched(manifest, case_checked.analysis, o.name, inputs)
         checks.append(
             compare(
                 case,
                 shown,
-                o["name"],
-                o["dtype"],
-                env[o["name"]],
-                ref[o["name"]],
-                lowp[o["name"]],
+                o.name,
+                o.dtype,
+                env[o.name],
+                ref[o.name],
+                lowp[o.name],
                 untouched.to(dev),
             )
         )
@@ -341,45 +307,23 @@ def verify_case(
     return checks, algebra
 
 
-def _kernel_variants(manifest) -> list[list[str]]:
-    """Every kernel step's variant names (config texts), fallback first."""
-    from coda_spec.config import config_text
-    from coda_spec.runtime import step_variants
-
-    steps = manifest["steps"] + manifest.get("backward_steps", [])
-    return [
-        [config_text(v["config"]) for v in step_variants(manifest, s)]
-        for s in steps
-        if s["kind"] == "kernel"
-    ]
-
-
-def variant_rounds(manifest) -> list[dict]:
+def variant_rounds(manifest) -> list:
     """The build's candidate configs that some kernel was built at, in order (the fallback
     first), as config keys: one verification round each. One round: a single-variant build."""
-    from coda_spec.config import config_text
-
-    configs = manifest.get("configs") or [manifest["config"]]
-    have = {n for names in _kernel_variants(manifest) for n in names}
-    return [c for i, c in enumerate(configs) if i == 0 or config_text(c) in have]
+    have = {v.name for s in manifest.kernel_steps() for v in s.variants}
+    return [c for i, c in enumerate(manifest.configs) if i == 0 or config_text(c) in have]
 
 
 def _forced(manifest, variant: str) -> dict:
     """{kernel step: variant} for one round: ``variant`` where the step has it, else the
     fallback (index 0). CaseSkipped when no kernel has it (at re-sized dims)."""
-    from coda_spec.config import config_text
-    from coda_spec.runtime import step_variants
-
     out, hit = {}, False
-    for s in manifest["steps"] + manifest.get("backward_steps", []):
-        if s["kind"] != "kernel":
-            continue
-        names = [config_text(v["config"]) for v in step_variants(manifest, s)]
-        if variant in names:
-            out[s["name"]], hit = variant, True
+    for s in manifest.kernel_steps():
+        if variant in (v.name for v in s.variants):
+            out[s.name], hit = variant, True
         else:
-            out[s["name"]] = 0
-    if not hit and variant != config_text(manifest["config"]):
+            out[s.name] = 0
+    if not hit and variant != config_text(manifest.config):
         raise CaseSkipped(f"no kernel has variant {variant} at these dims")
     return out
 

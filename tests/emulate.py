@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from coda_spec import runtime
+from coda_spec.artifact import PARTIAL_ROLES
+from coda_spec.runtime import chain as runtime_chain
+from coda_spec.runtime.checks import canonical
 from coda_spec.dims import evaluator
 from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.finalize import EMPTY_FOLD, mean_of
@@ -50,13 +52,13 @@ def fold_partials(role: str, fold, buf: torch.Tensor, op: str, n: int, eps) -> t
 
 def _dense(x: torch.Tensor) -> torch.Tensor:
     """Row-major with canonical strides, as a kernel writes its outputs."""
-    return runtime._canonical(x.contiguous())
+    return canonical(x.contiguous())
 
 
 def _spec_step(chain, step):
     spec = chain.checked().spec
     steps = spec.all_steps()
-    return next(s for s in steps if s.kind == step["kind"] and s.name == step["name"])
+    return next(s for s in steps if s.kind == step.kind and s.name == step.name)
 
 
 def _interpret(chain, step, call) -> dict:
@@ -70,20 +72,20 @@ def kernel(chain, step, call) -> None:
     """A kernel step in torch: outputs in their dtypes, add_to in place, partials exact."""
     env = call.env
     work = _interpret(chain, step, call)
-    if step["d"] is not None:
-        name, dtype, _ = step["d"]
+    if step.d is not None:
+        name, dtype = step.d.tensor, step.d.dtype
         value = work[name].to(TORCH_DTYPES[dtype])
-        if step["add_to"]:
-            into = env[step["add_to"]]
+        if step.add_to:
+            into = env[step.add_to]
             into.copy_(value)
             env[name] = into
         else:
             env[name] = _dense(value)
-    for f in step["fields"]:
-        t = f["tensor"]
-        if f["role"] in ("aux", "select"):
-            env[t] = _dense(work[t].to(TORCH_DTYPES[f["dtype"]]))
-        elif f["role"] in runtime.PARTIAL_ROLES:
+    for f in step.fields:
+        t = f.tensor
+        if f.role in ("aux", "select"):
+            env[t] = _dense(work[t].to(TORCH_DTYPES[f.dtype]))
+        elif f.role in PARTIAL_ROLES:
             env[t] = _dense(work[t].float())
 
 
@@ -91,11 +93,11 @@ def host(chain, step, call) -> None:
     """A host step in torch; its partials are exact (as the compiled kernel's are)."""
     analysis = chain.checked().analysis
     work = _interpret(chain, step, call)
-    for name in step["writes"]:
+    for name in step.writes:
         if analysis.tensor(name).origin == "partial":
             call.env[name] = work[name]
             continue
-        dtype = chain.manifest["tensors"][name]["dtype"]
+        dtype = chain.manifest.tensors[name].dtype
         call.env[name] = _dense(work[name].to(TORCH_DTYPES[dtype]))
 
 
@@ -103,19 +105,19 @@ def finalize(chain, step, call) -> None:
     """A finalize step in torch (one folded into its host kernel too: the emulated host step
     writes only the partial)."""
     role, fold = "exact", None  # a host step's partial
-    for s in chain.manifest["steps"] + chain.manifest["backward_steps"]:
-        for f in s.get("fields", ()) if s["kind"] == "kernel" else ():
-            if f["tensor"] == step["of"]:
-                role, fold = f["role"], f["fold"]
-    n = evaluator(step["n"])(call.sizes) if step["n"] is not None else None
-    buf = call.env[step["of"]]
-    call.env[step["result"]] = fold_partials(role, fold, buf, step["op"], n, step["eps"])
+    for s in chain.manifest.kernel_steps():
+        for f in s.fields:
+            if f.tensor == step.of:
+                role, fold = f.role, f.fold
+    n = evaluator(step.n)(call.sizes) if step.n is not None else None
+    buf = call.env[step.of]
+    call.env[step.result] = fold_partials(role, fold, buf, step.op, n, step.eps)
 
 
 def emulate_compiled(monkeypatch) -> None:
     """Host steps and finalizes (the Triton cubins) run in torch; GEMM kernels are left alone."""
-    monkeypatch.setattr(runtime.Chain, "_host", host)
-    monkeypatch.setattr(runtime.Chain, "_finalize", finalize)
+    monkeypatch.setattr(runtime_chain.Chain, "_host", host)
+    monkeypatch.setattr(runtime_chain.Chain, "_finalize", finalize)
 
 
 def emulate(monkeypatch, before=None) -> None:
@@ -133,6 +135,6 @@ def emulate(monkeypatch, before=None) -> None:
             before(self, step, call)
         host(self, step, call)
 
-    monkeypatch.setattr(runtime.Chain, "_kernel", run_kernel)
-    monkeypatch.setattr(runtime.Chain, "_host", run_host)
-    monkeypatch.setattr(runtime.Chain, "_finalize", finalize)
+    monkeypatch.setattr(runtime_chain.Chain, "_kernel", run_kernel)
+    monkeypatch.setattr(runtime_chain.Chain, "_host", run_host)
+    monkeypatch.setattr(runtime_chain.Chain, "_finalize", finalize)

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from coda_spec import artifact, runtime
+from coda_spec.runtime import checks, launch
 from coda_spec.artifact import eval_shape
 from coda_spec.frontend import check_source
 from coda_spec.inputs import make_grads, make_inputs
@@ -74,12 +75,12 @@ def make_build(tmp_path, name: str, manifest_edit=None):
 def cpu(monkeypatch):
     """Kernels 'run' on the CPU: the device check accepts CPU tensors, and loading a kernel
     (which only a launch does) fails the test."""
-    monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(checks, "current_device", lambda: torch.device("cpu"))
 
     def no_launch(self, symbol):
         raise AssertionError(f"kernel {symbol} would launch")
 
-    monkeypatch.setattr(Chain, "_fn", no_launch)
+    monkeypatch.setattr(launch.Launcher, "function", no_launch)
     emulate_compiled(monkeypatch)
 
 
@@ -93,11 +94,7 @@ def _inputs(checked, m: int, seed: int = 0):
 def _add_to_roots(manifest) -> dict:
     """add_to output -> the input or gradient whose tensor it ends up being (chains of them:
     llama's dx0 accumulates into dx2, which accumulated into the incoming d_x2)."""
-    into = {
-        s["d"][0]: s["add_to"]
-        for s in manifest["steps"] + manifest.get("backward_steps", [])
-        if s["kind"] == "kernel" and s["add_to"]
-    }
+    into = {s.d.tensor: s.add_to for s in manifest.kernel_steps() if s.add_to}
     roots = {}
     for out, t in into.items():
         while t in into:
@@ -118,15 +115,11 @@ def test_plan_launches_nothing_at_m0(name, tmp_path):
     chain = runtime.load(d)
     empty = chain.plan({"M": 0}, backward=True)
     full = chain.plan({"M": 64}, backward=True)
-    kernels = [
-        s["name"]
-        for s in chain.manifest["steps"] + chain.manifest["backward_steps"]
-        if s["kind"] == "kernel"
-    ]
+    kernels = [s.name for s in chain.manifest.kernel_steps()]
     assert [n for n, what in empty if what == "no launch"] == kernels
     assert [n for n, what in full if what == "launch"] == kernels
     assert not any(what == "launch" for _, what in empty)
-    assert len(empty) == len(chain.manifest["steps"] + chain.manifest["backward_steps"])
+    assert len(empty) == len(chain.manifest.all_steps)
 
 
 @pytest.mark.parametrize("name", EMPTY_CHAINS)
@@ -139,22 +132,22 @@ def test_empty_call(name, tmp_path, cpu):
     chain = runtime.load(d)
     sizes, low = _inputs(checked, 0, seed=3)
     grads = None
-    if chain.manifest["backward_steps"]:
+    if chain.manifest.backward_steps:
         grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=4)
     env = chain.run(dict(low), grads=dict(grads) if grads else None)
     ref = ref_run(checked.analysis, low, "fp64", sizes, grads=grads)
-    outputs = chain.manifest["outputs"] + (chain.manifest["backward_outputs"] if grads else [])
+    outputs = chain.manifest.outputs + (chain.manifest.backward_outputs if grads else ())
     given = {**low, **(grads or {})}
     roots = _add_to_roots(chain.manifest)
     for o in outputs:
-        got = env[o["name"]]
-        assert tuple(got.shape) == eval_shape(o["shape"], sizes), o["name"]
-        assert got.dtype == TORCH_DTYPES[o["dtype"]], o["name"]
-        torch.testing.assert_close(got.double(), ref[o["name"]].double(), rtol=1e-6, atol=0)
-        if "M" not in o["shape"] and name != "empty_folds":
-            assert got.numel() and bool((got == 0).all()), f"{o['name']} is not all zero"
-        if o["name"] in roots:
-            assert got is given[roots[o["name"]]], f"{o['name']} is not its add_to tensor"
+        got = env[o.name]
+        assert tuple(got.shape) == eval_shape(o.shape, sizes), o.name
+        assert got.dtype == TORCH_DTYPES[o.dtype], o.name
+        torch.testing.assert_close(got.double(), ref[o.name].double(), rtol=1e-6, atol=0)
+        if "M" not in o.shape and name != "empty_folds":
+            assert got.numel() and bool((got == 0).all()), f"{o.name} is not all zero"
+        if o.name in roots:
+            assert got is given[roots[o.name]], f"{o.name} is not its add_to tensor"
 
 
 def test_empty_reductions_rule(tmp_path, cpu):
@@ -291,12 +284,12 @@ def test_size_one_dims_get_canonical_strides():
     """torch calls (1, D) with strides (1, 1) contiguous; the kernels get (D, 1)."""
     x = torch.zeros(8, 1, dtype=torch.bfloat16).T
     assert x.is_contiguous() and x.stride() == (1, 1)
-    y = runtime._canonical(x)
+    y = checks.canonical(x)
     assert y.stride() == (8, 1) and y.data_ptr() == x.data_ptr()
     z = torch.zeros(4, 8)
-    assert runtime._canonical(z) is z
-    assert runtime._dense_strides((0, 5)) == torch.empty(0, 5).stride()
-    assert runtime._dense_strides((3, 0, 2)) == torch.empty(3, 0, 2).stride()
+    assert checks.canonical(z) is z
+    assert checks.dense_strides((0, 5)) == torch.empty(0, 5).stride()
+    assert checks.dense_strides((3, 0, 2)) == torch.empty(3, 0, 2).stride()
 
 
 # -- manifest format 6 and inputs no step reads -----------------------------------------------
@@ -305,7 +298,7 @@ def test_size_one_dims_get_canonical_strides():
 def test_manifest_marks_required_inputs(tmp_path):
     d, _ = make_build(tmp_path, "derive_only_inputs")
     m = json.loads((d / "manifest.json").read_text())
-    assert m["format"] == artifact.FORMAT_VERSION == 6
+    assert m["format"] == artifact.FORMAT_VERSION == 7
     required = {i["name"]: i["required"] for i in m["inputs"]}
     assert required == {
         "x": False,
@@ -339,7 +332,7 @@ def test_a_manifest_without_a_compiled_finalize_is_refused(tmp_path):
         runtime.load(d)
 
 
-@pytest.mark.parametrize("fmt", [1, 2, 5, 7, None])
+@pytest.mark.parametrize("fmt", [1, 2, 5, 6, 8, None])
 def test_unknown_manifest_format_is_refused(fmt, tmp_path):
     def edit(m):
         m["format"] = fmt
@@ -347,6 +340,34 @@ def test_unknown_manifest_format_is_refused(fmt, tmp_path):
     d, _ = make_build(tmp_path, "rmsnorm_chain", edit)
     with pytest.raises(ValueError, match="rebuild with this coda"):
         runtime.load(d)
+
+
+@pytest.mark.parametrize("where", ["top", "step", "variant"])
+def test_a_malformed_manifest_names_what_is_missing(where, tmp_path):
+    """The manifest is read once into typed records: a missing entry is one ValueError naming
+    the file and the entry, at load, never a KeyError in the middle of a call."""
+
+    def edit(m):
+        kernel = next(s for s in m["steps"] if s["kind"] == "kernel")
+        if where == "top":
+            del m["tensors"]
+        elif where == "step":
+            del kernel["mode"]
+        else:
+            del kernel["variants"][0]["name"]
+
+    d, _ = make_build(tmp_path, "rmsnorm_chain", edit)
+    missing = {"top": "tensors", "step": "mode", "variant": "name"}[where]
+    with pytest.raises(artifact.ManifestError, match=rf"manifest.json: .*'{missing}'.*rebuild"):
+        runtime.load(d)
+
+
+def test_a_chain_has_a_readable_repr(tmp_path):
+    d, _ = make_build(tmp_path, "rmsnorm_chain")
+    text = repr(runtime.load(d, tuned=False))
+    assert text.startswith("<coda Chain rmsnorm_chain at ") and str(d) in text
+    assert "2 kernel, 1 finalize" in text and "inputs y, w_o, x, gamma, w_up" in text
+    assert "outputs x1, r, out" in text and "M=dynamic" in text
 
 
 def test_derive_only_inputs_are_optional_and_ignored(tmp_path, cpu):
@@ -389,7 +410,7 @@ def test_backward_needs_required_inputs_only(tmp_path, cpu):
     chain = runtime.load(d)
     env = chain.run(dict(low))
     out = chain.backward(env, **grads)
-    assert set(out) == {o["name"] for o in chain.manifest["backward_outputs"]}
+    assert set(out) == {o.name for o in chain.manifest.backward_outputs}
     env.pop("y")
     with pytest.raises(CodaRuntimeError, match=r"saved forward tensors .*missing \['y'\]"):
         chain.backward(env, **grads)
@@ -431,9 +452,9 @@ def test_a_call_imports_no_front_end(name, tmp_path):
     code = f"""
 import sys, torch
 from coda_spec import runtime
-runtime._current_device = lambda: torch.device("cpu")
-from coda_spec import launch
-launch.Cubin.launch = lambda self, *a: None  # a CPU has no driver; outputs stay as allocated
+runtime.checks.current_device = lambda: torch.device("cpu")
+from coda_spec.runtime import cubin
+cubin.Cubin.launch = lambda self, *a: None  # a CPU has no driver; outputs stay as allocated
 chain = runtime.load({str(d)!r}, tuned=False)
 call = torch.load({str(tmp_path / "call.pt")!r})
 env = chain.run(call["inputs"], grads=call["grads"])
@@ -458,7 +479,7 @@ def test_refuses_a_gpu_that_is_not_sm90(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA A100-SXM4-80GB")
     with pytest.raises(CodaRuntimeError, match=r"sm_90a kernels .*A100-SXM4-80GB is sm_80"):
-        chain._sm_count(torch.device("cuda", 0))
+        chain._launcher.sm_count(torch.device("cuda", 0))
 
 
 def test_unchecked_call_keeps_the_m0_guard(tmp_path, cpu):
@@ -468,7 +489,7 @@ def test_unchecked_call_keeps_the_m0_guard(tmp_path, cpu):
     grads, _ = make_grads(checked.spec, checked.analysis, sizes, seed=1)
     out = chain(check=False, **low)
     assert {k: tuple(v.shape) for k, v in out.items()} == {
-        o["name"]: eval_shape(o["shape"], sizes) for o in chain.manifest["outputs"]
+        o.name: eval_shape(o.shape, sizes) for o in chain.manifest.outputs
     }
     env = chain.run(dict(low), grads=grads, check=False)
     assert tuple(env["dw_qkv"].shape) == tuple(low["w_qkv"].shape)
@@ -482,9 +503,9 @@ def test_a_signature_is_validated_once(tmp_path, cpu, monkeypatch):
     chain = runtime.load(d, tuned=False)
     _, low = _inputs(checked, 0)
     seen = []
-    real = Chain._check_one
+    real = checks.Checker.one
     monkeypatch.setattr(
-        Chain, "_check_one", lambda self, n, *a: seen.append(n) or real(self, n, *a)
+        checks.Checker, "one", lambda self, n, *a: seen.append(n) or real(self, n, *a)
     )
     chain(**low)
     first = len(seen)
@@ -520,17 +541,10 @@ def test_cubin_launch_packs_its_arguments(tmp_path, monkeypatch):
     import ctypes
     import struct
 
-    from coda_spec import launch
+    from coda_spec.runtime import cubin as driver
 
-    entry = {
-        "cubin": "k.cubin",
-        "name": "k",
-        "num_warps": 4,
-        "shared": 0,
-        "types": ["*bf16", "i32", "fp32", "*fp32"],
-        "hidden": 2,
-    }
-    cubin = launch.Cubin(tmp_path, entry)
+    entry = artifact.Cubin("k.cubin", "k", num_warps=4, shared=0)
+    cubin = driver.Cubin(tmp_path, entry, ("*bf16", "i32", "fp32", "*fp32"), hidden=2)
     seen = []
 
     class Driver:
@@ -555,11 +569,11 @@ def test_turns_table_is_not_keyed_by_address(tmp_path):
     chain = runtime.load(d, tuned=False)
     buf = bytearray(struct.pack("4f", 0.5, 0.25, 0.125, 0.0625))
     first = torch.frombuffer(buf, dtype=torch.float32)
-    want_first = runtime._turns_table(first.clone())
-    assert torch.equal(chain._turns(first), want_first)
+    want_first = launch.turns_table(first.clone())
+    assert torch.equal(chain._launcher.turns(first), want_first)
     buf[:] = struct.pack("4f", 0.9, 0.8, 0.7, 0.6)  # same memory, new contents, new tensor
     second = torch.frombuffer(buf, dtype=torch.float32)
     assert second.data_ptr() == first.data_ptr() and second._version == first._version
-    assert torch.equal(chain._turns(second), runtime._turns_table(second.clone()))
+    assert torch.equal(chain._launcher.turns(second), launch.turns_table(second.clone()))
     second.mul_(2.0)  # in place: the version counter moves
-    assert torch.equal(chain._turns(second), runtime._turns_table(second.clone()))
+    assert torch.equal(chain._launcher.turns(second), launch.turns_table(second.clone()))

@@ -33,7 +33,7 @@ from coda_spec.lower.module import lower_spec
 from coda_spec.manifest import make_manifest
 from coda_spec.reference import infer_sizes
 from coda_spec.reference import run as ref_run
-from coda_spec.runtime import TORCH_DTYPES
+from coda_spec.dtypes import TORCH_DTYPES
 from tests.conftest import ROOT
 
 RMSNORM = ROOT / "specs" / "rmsnorm_chain.yaml"
@@ -43,7 +43,6 @@ SMALL = {
     RMSNORM: {"M": 64, "D": 256, "F": 512},
     B1: {"M": 64, "D": 256, "F": 256},
 }
-PARTIAL_ROLES = ("colred", "rowred", "group_out")
 FAULTS = ("none", "error", "nan", "unwritten_partial", "accumulate")
 
 
@@ -96,8 +95,10 @@ class FakeChain:
         self._checked = checked
         self.directory = directory
         self.fault = fault
-        self.manifest = manifest if manifest is not None else fake_manifest(checked)
-        self.name = self.manifest["name"]
+        if manifest is None:
+            manifest = artifact.Manifest.from_data(fake_manifest(checked))
+        self.manifest = manifest
+        self.name = self.manifest.name
         self.log = []  # (manifest dims, poison) per run, shared with re-sized copies
 
     def checked(self):
@@ -110,14 +111,14 @@ class FakeChain:
 
     def run(self, inputs: dict, poison: bool = False) -> dict:
         m = self.manifest
-        self.log.append((dict(m["dims"]), poison))
-        static = {k: v for k, v in m["dims"].items() if v is not None}
+        self.log.append((dict(m.dims), poison))
+        static = m.static
         declared = self._checked.spec.dim_sizes()
         changed = {k: v for k, v in static.items() if declared.get(k) != v}
         case = with_dims(self._checked, changed) if changed else self._checked
         sizes = infer_sizes(case.analysis, inputs)
-        kernels = [s for s in m["steps"] if s["kind"] == "kernel"]
-        add_to = {s["d"][0]: s["add_to"] for s in kernels if s["add_to"]}
+        kernels = [s for s in m.steps if s.kind == "kernel"]
+        add_to = {s.d.tensor: s.add_to for s in kernels if s.add_to}
         feed = dict(inputs)
         if self.fault == "accumulate":  # the kernel forgets the tensor it accumulates into
             assert add_to, f"{self.name} has no add_to output"
@@ -125,19 +126,19 @@ class FakeChain:
                 feed[into] = torch.zeros_like(inputs[into])
         env = ref_run(case.analysis, feed, "lowp", sizes)
         out = dict(inputs)
-        for o in m["outputs"]:
-            want = TORCH_DTYPES[o["dtype"]]
-            buf = torch.full_like(env[o["name"]], float("nan") if poison else 0.0, dtype=want)
-            buf.copy_(env[o["name"]])
-            out[o["name"]] = buf
+        for o in m.outputs:
+            want = TORCH_DTYPES[o.dtype]
+            buf = torch.full_like(env[o.name], float("nan") if poison else 0.0, dtype=want)
+            buf.copy_(env[o.name])
+            out[o.name] = buf
         partials = []
         for s in kernels:
-            for f in s["fields"]:
-                if f["role"] in PARTIAL_ROLES:
-                    shape = artifact.eval_shape(f["shape"], sizes)
-                    out[f["tensor"]] = torch.rand(shape, dtype=TORCH_DTYPES[f["dtype"]]) + 0.5
-                    partials.append(f["tensor"])
-        first = m["outputs"][0]["name"]
+            for f in s.fields:
+                if f.partial:
+                    shape = artifact.eval_shape(f.shape, sizes)
+                    out[f.tensor] = torch.rand(shape, dtype=TORCH_DTYPES[f.dtype]) + 0.5
+                    partials.append(f.tensor)
+        first = m.outputs[0].name
         if self.fault == "error":
             x = out[first].view(-1)
             x[0] = x[0] + 1e3 * (1 + float(x.abs().max()))
@@ -180,7 +181,7 @@ def test_clean_fake_run_passes(spec, checked_specs, tmp_path):
     report = V.verify_chain(fake, seed=7, dims=_dims(spec))
     assert report.passed, R.render_table(report)
     outputs = {c.output for c in report.checks}
-    assert {o["name"] for o in fake.manifest["outputs"]} <= outputs
+    assert {o.name for o in fake.manifest.outputs} <= outputs
     assert any(o.endswith("(partials)") for o in outputs)
     assert all(c.dims["M"] == 64 and c.dims["D"] == 256 for c in report.checks)
     assert report.algebra and all(a[3] for a in report.algebra)
@@ -231,7 +232,7 @@ def test_resized_manifest_reaches_the_runner(checked_specs, tmp_path):
     report = V.verify_chain(fake, seed=5, dims=_dims(RMSNORM))
     assert report.passed
     assert fake.log == [({"M": None, "D": 256, "F": 512}, True)]
-    assert fake.manifest["dims"] == {"M": None, "D": 4096, "F": 11008}
+    assert dict(fake.manifest.dims) == {"M": None, "D": 4096, "F": 11008}
 
 
 @pytest.mark.slow

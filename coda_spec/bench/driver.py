@@ -1,7 +1,7 @@
 """``coda bench``: time built chains against cuBLAS speed of light and unfused baselines.
 
 Layer map: cli -> bench.driver -> {bench.timing, bench.roofline, bench.baselines, bench.model}
--> {runtime, verify.resized_manifest, inputs, frontend}. Like verify, bench never compiles
+-> {runtime (its plan re-sizes a build), suits, inputs, frontend}. Like verify, bench never compiles
 coda kernels: it loads a build (``coda_spec.runtime``) and runs it at the asked dims.
 
 Per chain and per shape (``--m`` for the dynamic dim, ``--dims`` / ``--width`` for static ones):
@@ -47,6 +47,8 @@ from coda_spec.bench import roofline as R
 from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
 from coda_spec.bench.timing import Clock, time_interleaved
 from coda_spec.errors import ToolError
+from coda_spec.runtime.plan import FallbackRefused, resized_manifest
+from coda_spec.suits import refusal
 
 DEFAULT_M = (16384,)
 BASELINE_NAMES = ("eager", "compile", "liger")
@@ -103,7 +105,6 @@ def at_dims(chain, checked, sizes: dict):
     """(chain, checked) re-sized to ``sizes``' static dims without a rebuild, or ToolError."""
     from coda_spec.errors import SpecError
     from coda_spec.frontend import with_dims
-    from coda_spec.verify import resized_manifest
 
     declared = checked.spec.dim_sizes()
     static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
@@ -117,7 +118,11 @@ def at_dims(chain, checked, sizes: dict):
             f"{checked.spec.name}: this build cannot run at {static}: {why}; rebuild with those "
             f"dims in the spec (edit dims:, then coda build)"
         ) from e
-    return chain.with_manifest(resized_manifest(chain, case)), case
+    try:
+        manifest = resized_manifest(chain.manifest, dict(case.spec.dim_sizes()), refusal(case))
+    except FallbackRefused as e:
+        raise ToolError(f"{checked.spec.name}: {e}; rebuild with those dims in the spec") from e
+    return chain.with_manifest(manifest), case
 
 
 # -- device --------------------------------------------------------------------------------------
@@ -167,16 +172,14 @@ def measure_peaks(clock: Clock, rounds: int = 10) -> tuple[float, float, dict]:
 
 
 # -- candidates ----------------------------------------------------------------------------------
-def _operands(manifest: dict, step: dict, env: dict):
-    (a_t, a_tr), (b_t, b_tr) = step["a"], step["b"]
-    a = env[a_t].T if a_tr else env[a_t]
-    b = env[b_t].T if b_tr else env[b_t]
-    return a, b
+def _operands(step, env: dict):
+    a, b = env[step.a.tensor], env[step.b.tensor]
+    return (a.T if step.a.transposed else a), (b.T if step.b.transposed else b)
 
 
-def gemms_fn(manifest: dict, steps: list[dict], env: dict) -> Callable[[], object] | None:
+def gemms_fn(manifest, steps: list, env: dict) -> Callable[[], object] | None:
     """The section's GEMMs through cuBLAS on coda's own operand tensors (None: no GEMM)."""
-    pairs = [_operands(manifest, s, env) for s in steps if s["kind"] == "kernel"]
+    pairs = [_operands(s, env) for s in steps if s.kind == "kernel"]
     if not pairs:
         return None
     return lambda: [torch.mm(a, b) for a, b in pairs]
@@ -299,7 +302,7 @@ def draw(chain, checked, sizes: dict, opts: Options) -> tuple[dict, dict, dict |
     inputs = {k: low[k] for k in chain.required_inputs}
     grads = None
     m = chain.manifest
-    if m.get("backward_steps") and m.get("grads_in"):
+    if m.has_backward:
         grads, _ = make_grads(checked.spec, checked.analysis, sizes, opts.seed + 1, opts.device)
     return low, inputs, grads
 
@@ -309,17 +312,17 @@ def _coda_candidates(chain, env, inputs, grads, sizes, kernels: bool) -> dict:
     m = chain.manifest
     cands: dict[str, Callable] = {f"{CODA}:fwd": lambda: chain.run(dict(inputs))}
     if grads:
-        cands[f"{CODA}:bwd"] = chain.steps_fn(env, sizes, m["backward_steps"])
+        cands[f"{CODA}:bwd"] = chain.steps_fn(env, sizes, m.backward_steps)
         cands[f"{CODA}:fwd+bwd"] = lambda: chain.run(dict(inputs), grads=dict(grads))
     for d in ("fwd", "bwd", "fwd+bwd") if grads else ("fwd",):
         fn = gemms_fn(m, R.section_steps(m, d), env)
         if fn is not None:
             cands[f"sol:{d}"] = fn
     for s in R.section_steps(m, "fwd+bwd" if grads else "fwd") if kernels else ():
-        if s["kind"] == "kernel":
-            cands[f"kernel:{s['name']}"] = chain.steps_fn(env, sizes, [s])
-            a, b = _operands(m, s, env)
-            cands[f"kernel-sol:{s['name']}"] = lambda a=a, b=b: torch.mm(a, b)
+        if s.kind == "kernel":
+            cands[f"kernel:{s.name}"] = chain.steps_fn(env, sizes, [s])
+            a, b = _operands(s, env)
+            cands[f"kernel-sol:{s.name}"] = lambda a=a, b=b: torch.mm(a, b)
     return cands
 
 
@@ -348,7 +351,7 @@ def _baseline_candidates(checked, manifest, sizes, opts, low, grads, compiled) -
                 compiled[key] = torch.compile(base.fn)
             comp = compiled[key]
         why[name] = base.note
-        complete[name] = {o["name"] for o in manifest["outputs"]} <= set(base.produces)
+        complete[name] = {o.name for o in manifest.outputs} <= set(base.produces)
         for d, fn in baseline_fns(base, checked, low, grads, comp).items():
             cands[f"{name}:{d}"] = fn
     return cands, why, complete, bases
@@ -358,7 +361,7 @@ def _configs_run(chain, steps, sizes) -> str:
     """The config the section's kernels ran at (their selected variants: tuned, else the
     fallback); several are listed per kernel. "" for a section without kernels."""
     picked = chain.selected_variants(sizes)
-    names = [s["name"] for s in steps if s["kind"] == "kernel"]
+    names = [s["name"] for s in steps if s.kind == "kernel"]
     configs = list(dict.fromkeys(picked[n] for n in names))
     if len(configs) <= 1:
         return configs[0] if configs else ""
@@ -381,18 +384,18 @@ def _case(chain, checked, m, sizes, d, opts, timing, notes, copy_gbps) -> Case:
         timed.append(Timed(name, st, note, complete.get(name, True)))
     kernels = []
     for s in steps if opts.kernels and d != "fwd+bwd" else ():
-        if s["kind"] != "kernel":
+        if s.kind != "kernel":
             continue
         kc, failure = _stats_or_none(stats, failed, f"kernel:{s['name']}")
         ks, _ = _stats_or_none(stats, failed, f"kernel-sol:{s['name']}")
         flops, nbytes = R.gemm_flops(m, s, sizes), R.step_bytes(m, s, sizes)
-        kernels.append(KernelTimed(s["name"], kc, ks, flops, nbytes, failure))
+        kernels.append(KernelTimed(s.name, kc, ks, flops, nbytes, failure))
     return Case(
         chain=checked.spec.name,
         dims=dict(sizes),
         direction=d,
         sol_kind=R.sol_kind(steps),
-        flops=float(sum(R.gemm_flops(m, s, sizes) for s in steps if s["kind"] == "kernel")),
+        flops=float(sum(R.gemm_flops(m, s, sizes) for s in steps if s.kind == "kernel")),
         bytes=float(R.min_bytes(m, steps, outs, sizes)),
         sol_ms=R.sol_ms(m, steps, outs, sizes, gemm.median_ms if gemm else None, copy_gbps),
         candidates=tuple(timed),
@@ -420,7 +423,7 @@ def bench_shape(
     low, inputs, grads = draw(chain, checked, sizes, opts)
     # add_to outputs accumulate into an input (or gradient) in place: the run whose outputs the
     # baselines are checked against gets its own copy of those, so the baselines see them fresh
-    into = {s["add_to"] for s in R.section_steps(m, "fwd+bwd") if s.get("add_to")}
+    into = {s.add_to for s in R.section_steps(m, "fwd+bwd") if s.kind == "kernel" and s.add_to}
     fresh = lambda d: {k: (v.clone() if k in into else v) for k, v in d.items()}  # noqa: E731
     env = chain.run(fresh(inputs), grads=fresh(grads) if grads else None)
     clock.resolve([])  # waits for the device

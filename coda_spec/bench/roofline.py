@@ -18,9 +18,10 @@ reads the tensor it accumulates into (that tensor is a section input) and writes
 
 Flops count the GEMMs only (2·M·N·K each); epilogue arithmetic is not counted.
 
-Pure functions over manifest dicts and a ``sizes`` mapping; shapes are evaluated with
-``coda_spec.artifact.eval_shape`` and element sizes come from the one dtype table
-(``coda_spec.dtypes``), so this module has no table of its own and needs no torch.
+Pure functions over a typed manifest (``coda_spec.artifact.Manifest``) and a ``sizes``
+mapping; shapes are evaluated with ``coda_spec.artifact.eval_shape`` and element sizes come
+from the one dtype table (``coda_spec.dtypes``), so this module has no table of its own and
+needs no torch.
 """
 
 from __future__ import annotations
@@ -28,63 +29,53 @@ from __future__ import annotations
 from coda_spec.artifact import eval_shape, gemm_extents
 from coda_spec.dtypes import element_bytes
 
-READ_ROLES = ("tile", "index", "row", "col", "scalar")
-WRITE_ROLES = ("aux", "select", "colred", "rowred", "group_out")
 
-
-def section_steps(manifest: dict, direction: str) -> list[dict]:
+def section_steps(manifest, direction: str) -> list:
     if direction == "fwd":
-        return list(manifest["steps"])
+        return list(manifest.steps)
     if direction == "bwd":
-        return list(manifest.get("backward_steps", []))
+        return list(manifest.backward_steps)
     if direction == "fwd+bwd":
-        return list(manifest["steps"]) + list(manifest.get("backward_steps", []))
+        return list(manifest.all_steps)
     raise ValueError(f"unknown direction {direction!r}")
 
 
-def section_outputs(manifest: dict, direction: str) -> list[str]:
-    fwd = [o["name"] for o in manifest["outputs"]]
-    bwd = [o["name"] for o in manifest.get("backward_outputs", [])]
+def section_outputs(manifest, direction: str) -> list[str]:
+    fwd = [o.name for o in manifest.outputs]
+    bwd = [o.name for o in manifest.backward_outputs]
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[direction]
 
 
-def reads(step: dict) -> list[str]:
-    if step["kind"] == "kernel":
-        names = [step["a"][0], step["b"][0]]
-        if step.get("c") is not None:
-            names.append(step["c"][0])
-        if step.get("add_to"):
-            names.append(step["add_to"])
-        names += [f["tensor"] for f in step["fields"] if f["role"] in READ_ROLES]
-        return names
-    if step["kind"] == "host":
-        return list(step["reads"])
-    return [step["of"]]
+def reads(step) -> list[str]:
+    if step.kind == "kernel":
+        return step.reads()
+    if step.kind == "host":
+        return list(step.reads)
+    return [step.of]
 
 
-def writes(step: dict) -> list[str]:
-    if step["kind"] == "kernel":
-        names = [step["d"][0]] if step.get("d") is not None else []
-        return names + [f["tensor"] for f in step["fields"] if f["role"] in WRITE_ROLES]
-    if step["kind"] == "host":
-        return list(step["writes"])
-    return [step["result"]]
+def writes(step) -> list[str]:
+    if step.kind == "kernel":
+        return step.writes()
+    if step.kind == "host":
+        return list(step.writes)
+    return [step.result]
 
 
-def tensor_bytes(manifest: dict, name: str, sizes: dict) -> int:
-    t = manifest["tensors"][name]
+def tensor_bytes(manifest, name: str, sizes: dict) -> int:
+    t = manifest.tensors[name]
     n = 1
-    for d in eval_shape(t["shape"], sizes):
+    for d in eval_shape(t.shape, sizes):
         n *= d
-    return n * element_bytes(t["dtype"])
+    return n * element_bytes(t.dtype)
 
 
-def min_bytes(manifest: dict, steps: list[dict], outputs: list[str], sizes: dict) -> int:
+def min_bytes(manifest, steps: list, outputs: list[str], sizes: dict) -> int:
     """Each tensor the steps read before any of them writes it, once; each output, once."""
     produced: set[str] = set()
     read_in: list[str] = []
     for s in steps:
-        if s["kind"] == "finalize":
+        if s.kind == "finalize":
             produced.update(writes(s))
             continue
         for n in reads(s):
@@ -94,20 +85,20 @@ def min_bytes(manifest: dict, steps: list[dict], outputs: list[str], sizes: dict
     return sum(tensor_bytes(manifest, n, sizes) for n in dict.fromkeys(read_in + outputs))
 
 
-def gemm_flops(manifest: dict, step: dict, sizes: dict) -> int:
-    m, n, k = gemm_extents(manifest, step, sizes)
+def gemm_flops(manifest, step, sizes: dict) -> int:
+    m, n, k = gemm_extents(step, lambda t: eval_shape(manifest.tensors[t].shape, sizes))
     return 2 * m * n * k
 
 
-def step_bytes(manifest: dict, step: dict, sizes: dict) -> int:
+def step_bytes(manifest, step, sizes: dict) -> int:
     """One step alone: everything it reads, everything it writes (its own minimum traffic)."""
     names = dict.fromkeys(reads(step) + writes(step))
     return sum(tensor_bytes(manifest, n, sizes) for n in names)
 
 
-def sol_kind(steps: list[dict]) -> str:
-    kernels = any(s["kind"] == "kernel" for s in steps)
-    hosts = any(s["kind"] == "host" for s in steps)
+def sol_kind(steps: list) -> str:
+    kernels = any(s.kind == "kernel" for s in steps)
+    hosts = any(s.kind == "host" for s in steps)
     return "gemm+memory" if kernels and hosts else ("gemm" if kernels else "memory")
 
 
@@ -117,8 +108,8 @@ def roofline_ms(nbytes: float, copy_gbps: float) -> float:
 
 
 def sol_ms(
-    manifest: dict,
-    steps: list[dict],
+    manifest,
+    steps: list,
     outputs: list[str],
     sizes: dict,
     gemm_ms: float | None,
@@ -129,5 +120,5 @@ def sol_ms(
     kind = sol_kind(steps)
     if kind == "memory":
         return roofline_ms(min_bytes(manifest, steps, outputs, sizes), copy_gbps)
-    host = sum(step_bytes(manifest, s, sizes) for s in steps if s["kind"] == "host")
+    host = sum(step_bytes(manifest, s, sizes) for s in steps if s.kind == "host")
     return (gemm_ms or 0.0) + roofline_ms(host, copy_gbps)

@@ -5,9 +5,11 @@ this module loads one with ``cuModuleLoadData`` and launches it with ``cuLaunchK
 torch's current stream, so deployment needs only ``libcuda`` -- no Triton, no compiler. A launch
 on a capturing stream is recorded into the CUDA graph like any other kernel.
 
-Contract: :class:`Cubin` takes a manifest ``launch`` entry (see ``triton_aot``) and the build
-directory; :meth:`Cubin.launch` takes the grid and the explicit arguments (device pointers as
-ints for ``*`` types, ints for ``i32``, floats for ``fp32``) in the entry's order. The module is
+Contract: :class:`Cubin` takes the build directory, a cubin of a manifest ``launch`` entry
+(``coda_spec.artifact.Cubin``; the entry's format is ``triton_aot``'s), the entry's parameter
+types and its count of hidden parameters; :meth:`Cubin.launch` takes the grid and the explicit
+arguments (device pointers as ints for ``*`` types, ints for ``i32``, floats for ``fp32``) in
+the entry's order. The module is
 loaded once per device, at its first launch there (the driver needs a context: torch's primary
 context, made current on this thread if it is not).
 """
@@ -65,13 +67,13 @@ def _layout(kinds) -> tuple[str, tuple]:
 class Cubin:
     """One compiled kernel, loaded lazily per device."""
 
-    def __init__(self, directory: Path, entry: dict):
-        self.path = Path(directory) / entry["cubin"]
-        self.name = entry["name"]
-        self.block = 32 * int(entry["num_warps"])
-        self.shared = int(entry["shared"])
-        self.hidden = int(entry.get("hidden", 0))
-        codes = [_code(t) for t in entry["types"]] + ["Q"] * self.hidden
+    def __init__(self, directory: Path, entry, types: tuple, hidden: int):
+        self.path = Path(directory) / entry.cubin
+        self.name = entry.name
+        self.block = 32 * entry.num_warps
+        self.shared = entry.shared
+        self.hidden = hidden
+        codes = [_code(t) for t in types] + ["Q"] * self.hidden
         self.format, self.offsets = _layout(codes)
         self.scratch = (0,) * self.hidden  # Triton's scratch pointers: NULL
         self.pointers = ctypes.c_void_p * len(codes)

@@ -1,0 +1,43 @@
+"""Does this tile config suit this kernel at these dims? The one home of the question.
+
+A kernel's epilogue primitives each say whether they support a config (``Primitive.supports``:
+a reason, or None): the build asks it while lowering each candidate config
+(``coda_spec.lower.emit``, where a refusal of the fallback is a located error and a refusal of
+another candidate drops that variant), and verify and bench ask it again when they re-size a
+build to other dims (``coda_spec.runtime.plan.resized_manifest``, which drops the variants
+refused there). Both ask :func:`kernel_refusal`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coda_spec.config import BuildConfig
+from coda_spec.primitives import registry
+
+
+def kernel_refusal(prims, step, config: BuildConfig, sizes: dict, width: int):
+    """(epilogue item, reason) of the first item of kernel ``step`` whose primitive refuses
+    ``config`` at ``sizes`` (static dims) and GEMM N ``width``; None when all support it."""
+    cfg = replace(config, sizes=tuple(sizes.items()), width=width)
+    for op in step.epilogue:
+        reason = prims[op.prim].supports(cfg, op)
+        if reason is not None:
+            return op, reason
+    return None
+
+
+def refusal(checked):
+    """``refusal(step name, config key) -> reason or None`` for the kernels of ``checked`` (a
+    checked spec at the dims to run at): what ``resized_manifest`` takes."""
+    prims = registry()
+    sizes = {d.name: d.size for d in checked.spec.dims if d.size is not None}
+    kernels = {s.name: (s, i) for s, i in checked.analysis.step_infos() if s.kind == "kernel"}
+
+    def why(name: str, key) -> str | None:
+        step, info = kernels[name]
+        width = info.width if isinstance(info.width, int) else 0
+        got = kernel_refusal(prims, step, BuildConfig(**key), sizes, width)
+        return None if got is None else got[1]
+
+    return why
