@@ -493,14 +493,15 @@ class Manifest:
 
     @classmethod
     def from_data(cls, data: dict, where: str = MANIFEST) -> Manifest:
-        """Read a manifest's JSON data; :class:`ManifestError` names what is wrong."""
+        """Read a manifest's JSON data (or one made in memory, whose shapes may still be
+        ``coda_spec.dims.Sym``); :class:`ManifestError` names what is wrong."""
         if data.get("format") not in READABLE_FORMATS:
             raise ManifestError(
                 f"{where}: manifest format {data.get('format')} is not one of "
                 f"{', '.join(map(str, READABLE_FORMATS))}; rebuild with this coda"
             )
         try:
-            return cls._read(data, where)
+            return cls._read(with_exprs(data), where)  # an in-memory manifest may hold Syms
         except ManifestError:
             raise
         except (KeyError, TypeError, IndexError, AttributeError) as e:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coda_spec.config import BuildConfig
-from coda_spec.primitives import registry
+from coda_spec import primitives
 
 
 def kernel_refusal(prims, step, config: BuildConfig, sizes: dict, width: int):
@@ -30,7 +30,7 @@ def kernel_refusal(prims, step, config: BuildConfig, sizes: dict, width: int):
 def refusal(checked):
     """``refusal(step name, config key) -> reason or None`` for the kernels of ``checked`` (a
     checked spec at the dims to run at): what ``resized_manifest`` takes."""
-    prims = registry()
+    prims = primitives.registry()
     sizes = {d.name: d.size for d in checked.spec.dims if d.size is not None}
     kernels = {s.name: (s, i) for s, i in checked.analysis.step_infos() if s.kind == "kernel"}
 

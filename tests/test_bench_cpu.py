@@ -23,7 +23,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from coda_spec import cli, runtime
+from coda_spec import artifact, cli, runtime
 from coda_spec.bench import driver as D
 from coda_spec.bench import model as Mo
 from coda_spec.bench import roofline as R
@@ -141,7 +141,7 @@ def small_manifests():
         from coda_spec.frontend import with_dims
 
         checked = with_dims(check_file(ROOT / "specs" / f"{name}.yaml"), dims)
-        out[name] = fake_manifest(checked)
+        out[name] = artifact.Manifest.from_data(fake_manifest(checked))
     return out
 
 
@@ -151,7 +151,7 @@ def test_gemm_flops_and_minimum_bytes_of_a_two_gemm_chain(small_manifests):
     m = small_manifests["rmsnorm_chain"]
     sizes = {"M": 64, "D": 256, "F": 512}
     steps = R.section_steps(m, "fwd")
-    flops = sum(R.gemm_flops(m, s, sizes) for s in steps if s["kind"] == "kernel")
+    flops = sum(R.gemm_flops(m, s, sizes) for s in steps if s.kind == "kernel")
     assert flops == 2 * 64 * 256 * 256 + 2 * 64 * 512 * 256
     reads = 64 * 256 * 2 + 256 * 256 * 2 + 64 * 256 * 2 + 256 * 2 + 512 * 256 * 2
     writes = 64 * 256 * 2 + 64 * 4 + 64 * 512 * 2
@@ -220,7 +220,7 @@ def test_dims_a_build_cannot_take_name_the_rebuild():
 @pytest.fixture
 def cpu_chain(monkeypatch):
     """Every kernel and host step runs in torch on the CPU (tests/emulate.py)."""
-    monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(runtime.checks, "current_device", lambda: torch.device("cpu"))
     emulate(monkeypatch)
 
 

@@ -24,13 +24,12 @@ import pytest
 import torch
 
 from coda_spec import artifact, runtime
-from coda_spec.runtime import checks, launch
 from coda_spec.artifact import eval_shape
 from coda_spec.frontend import check_source
 from coda_spec.inputs import make_grads, make_inputs
 from coda_spec.reference import TORCH_DTYPES
 from coda_spec.reference import run as ref_run
-from coda_spec.runtime import Chain, CodaRuntimeError
+from coda_spec.runtime import Chain, CodaRuntimeError, checks, launch
 from coda_spec.source import parse_text
 from tests.conftest import ROOT
 from tests.emulate import emulate_compiled

@@ -33,7 +33,8 @@ from coda_spec.bench.driver import Options
 from coda_spec.config import BuildConfig, config_tag, config_text
 from coda_spec.frontend import check_source, with_dims
 from coda_spec.lower import module as lower_module
-from coda_spec.runtime import Chain
+from coda_spec.runtime import Chain, checks
+from coda_spec.runtime.launch import Launcher
 from coda_spec.source import parse_text
 from tests.conftest import ROOT
 from tests.emulate import emulate, emulate_compiled
@@ -71,6 +72,7 @@ def add_variants(manifest: dict, checked, *configs) -> dict:
             s["variants"].append(
                 dict(
                     base,
+                    name=config_text(cfg.key()),
                     config=cfg.key(),
                     symbol=f"{base['symbol']}__{config_tag(cfg.key())}",
                     fields=[asdict(f) for f in lowered[s["name"]].fields],
@@ -81,7 +83,7 @@ def add_variants(manifest: dict, checked, *configs) -> dict:
 
 def variant_build(tmp_path, name="rmsnorm_chain", configs=(PP, C1)):
     d, checked = make_build(tmp_path, name)
-    m = add_variants(artifact.read_manifest(d), checked, *configs)
+    m = add_variants(json.loads((d / artifact.MANIFEST).read_text()), checked, *configs)
     artifact.write_manifest(d, m)
     return d, checked
 
@@ -99,8 +101,8 @@ def table(build: str, kernels: dict, gpu: str = GPU) -> dict:
 def cpu(monkeypatch):
     """The device check accepts CPU tensors and the device is called NVIDIA H200; compiled
     host steps and finalizes run in torch (a CPU has no cubin to launch)."""
-    monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
-    monkeypatch.setattr(runtime, "_device_name", lambda device: GPU)
+    monkeypatch.setattr(checks, "current_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(checks, "device_name", lambda device: GPU)
     emulate_compiled(monkeypatch)
     monkeypatch.delenv(TT.ENV, raising=False)
 
@@ -117,8 +119,8 @@ def launches(monkeypatch, cpu):
 
         return launch
 
-    monkeypatch.setattr(Chain, "_fn", fn_for)
-    monkeypatch.setattr(Chain, "_sm_count", lambda self, dev: SMS)
+    monkeypatch.setattr(Launcher, "function", fn_for)
+    monkeypatch.setattr(Launcher, "sm_count", lambda self, dev: SMS)
     return calls
 
 
@@ -128,7 +130,7 @@ def launches(monkeypatch, cpu):
 def test_variant_names_fallback_first(tmp_path, cpu):
     d, _ = variant_build(tmp_path)
     chain = runtime.load(d, tuned=False)
-    assert chain.manifest["format"] == 6
+    assert chain.manifest.format == 7
     assert chain.variant_names("out_proj") == [V0, V1, V2]
     assert chain.selected_variants({"M": 64}) == {"out_proj": V0, "up_proj": V0}
     forced = chain.with_variants({"out_proj": 2, "up_proj": V1})
@@ -351,9 +353,9 @@ def announced(monkeypatch, cpu):
     clock = VariantClock()
 
     def tell(chain, step, call):
-        if step["kind"] == "kernel":
+        if step.kind == "kernel":
             v = chain._variant(step, call.sizes, call.device)
-            clock.calling((step["name"], runtime.variant_name(v)))
+            clock.calling((step.name, v.name))
 
     emulate(monkeypatch, before=tell)
     return clock
@@ -662,13 +664,13 @@ class VariantFake(FakeChain):
 
     def with_variants(self, choice):
         real = Chain(self.directory, self.manifest, tuned=False).with_variants(choice)
-        m = json.loads(json.dumps(self.manifest))
-        names = {}
-        for s in m["steps"] + m["backward_steps"]:
-            if s["kind"] == "kernel":
-                v = real._variant(s, {})
-                s["fields"], names[s["name"]] = v["fields"], runtime.variant_name(v)
-        other = self.with_manifest(m)
+        names, steps = {}, []
+        for s in self.manifest.steps:
+            if s.kind == "kernel":
+                v = real._variant(s, {}, None)
+                s, names[s.name] = replace(s, fields=v.fields), v.name
+            steps.append(s)
+        other = self.with_manifest(replace(self.manifest, steps=tuple(steps)))
         other.forced = names
         return other
 
@@ -757,7 +759,7 @@ def test_resized_manifest_drops_what_a_primitive_refuses(tmp_path, monkeypatch):
 
     checked = _variant_checked({"D": 512, "F": 512})
     m = add_variants(fake_manifest(checked), checked, PP, C1)
-    fake = FakeChain(checked, tmp_path, manifest=m)
+    fake = FakeChain(checked, tmp_path, manifest=artifact.Manifest.from_data(m))
     case = with_dims(checked, {"D": 256})
     real = primitives.registry()
     seen = []
@@ -770,13 +772,10 @@ def test_resized_manifest_drops_what_a_primitive_refuses(tmp_path, monkeypatch):
     monkeypatch.setattr(primitives, "registry", lambda: {**real, "store": store})
     monkeypatch.setattr(lower_module, "lower_kernel", None)  # nothing may lower
     out = V.resized_manifest(fake, case)
-    assert out["dims"] == {"M": None, "D": 256, "F": 512} and {"D": 256, "F": 512} in seen
-    step = next(s for s in out["steps"] if s["name"] == "out_proj")
-    shapes = {
-        runtime.variant_name(v): next(f["shape"] for f in v["fields"] if f["tensor"] == "ss")
-        for v in step["variants"]
-    }
-    assert shapes == {V0: ["M", "cdiv(D,256)"], V1: ["M", "cdiv(D,128)"]}
+    assert dict(out.dims) == {"M": None, "D": 256, "F": 512} and {"D": 256, "F": 512} in seen
+    step = next(s for s in out.steps if s.name == "out_proj")
+    shapes = {v.name: next(f.shape for f in v.fields if f.tensor == "ss") for v in step.variants}
+    assert shapes == {V0: ("M", "cdiv(D,256)"), V1: ("M", "cdiv(D,128)")}
     sizes = {"M": 64, "D": 256}
     assert [eval_shape(s, sizes) for s in shapes.values()] == [(64, 1), (64, 2)]
     assert len(m["steps"][0]["variants"]) == 3  # the build's own manifest is untouched
@@ -787,17 +786,17 @@ def test_a_variant_is_timed_with_the_finalizes_of_its_partials(tmp_path, announc
     cost belongs to the variant: out_proj is timed with finalize_r, up_proj alone."""
     d, _ = variant_build(tmp_path)
     manifest = runtime.load(d, tuned=False).manifest
-    step = {s["name"]: s for s in manifest["steps"]}
-    assert [s["name"] for s in T.timed_steps(manifest, step["out_proj"])] == [
+    step = {s.name: s for s in manifest.steps}
+    assert [s.name for s in T.timed_steps(manifest, step["out_proj"])] == [
         "out_proj",
         "finalize_r",
     ]
-    assert [s["name"] for s in T.timed_steps(manifest, step["up_proj"])] == ["up_proj"]
+    assert [s.name for s in T.timed_steps(manifest, step["up_proj"])] == ["up_proj"]
     folded = []
     real = Chain._finalize
 
     def finalize(self, step, call):  # the partial it folds, as this call's env holds it
-        folded.append((step["name"], step["of"], call.env[step["of"]]))
+        folded.append((step.name, step.of, call.env[step.of]))
         return real(self, step, call)
 
     monkeypatch.setattr(Chain, "_finalize", finalize)

@@ -96,14 +96,15 @@ def two_variant_build(tmp_path_factory):
 def test_a_two_candidate_build_exports_both_variants(two_variant_build):
     res, _ = two_variant_build
     m = artifact.read_manifest(res.directory)
-    assert m["format"] == 6 and [config_text(c) for c in m["configs"]] == TWO.split(";")
-    (step,) = m["steps"]
-    names = [v["symbol"] for v in step["variants"]]
+    assert m.format == 7 and [config_text(c) for c in m.configs] == TWO.split(";")
+    (step,) = m.steps
+    names = [v.symbol for v in step.variants]
     assert names == ["coda_deferred_norm_proj", "coda_deferred_norm_proj__128x128_c2x1_pp"]
-    assert step["symbol"] == names[0] and step["variants"][0]["config"] == m["config"]
-    assert all(v["spills"] in (0, None) for v in step["variants"])
+    assert [v.name for v in step.variants] == TWO.split(";")
+    assert step.fallback.config == m.config
+    assert all(v.spills in (0, None) for v in step.variants)
     exported = subprocess.run(
-        ["nm", "-D", str(res.directory / m["library"])], capture_output=True, text=True
+        ["nm", "-D", str(res.directory / m.library)], capture_output=True, text=True
     ).stdout
     assert all(f"__tvm_ffi_{n}" in exported for n in names)
     assert json.loads((res.directory / "lowered.json").read_text())["variants"]
@@ -145,6 +146,7 @@ def test_resizing_keeps_a_variant_of_the_kernels_that_support_it(tmp_path):
             step["variants"] = [
                 dict(
                     base,
+                    name=config_text(v.config.key()),
                     config=v.config.key(),
                     symbol=v.symbol,
                     fields=[asdict(f) for f in v.kernel.fields],
@@ -153,11 +155,7 @@ def test_resizing_keeps_a_variant_of_the_kernels_that_support_it(tmp_path):
             ]
     assert [len(s["variants"]) for s in m["steps"] if s["kind"] == "kernel"] == [2, 1]
     out = resized_manifest(FakeChain(checked, tmp_path, manifest=m), with_dims(checked, {"D": 512}))
-    kept = {
-        s["name"]: [config_text(v["config"]) for v in s["variants"]]
-        for s in out["steps"]
-        if s["kind"] == "kernel"
-    }
+    kept = {s.name: [v.name for v in s.variants] for s in out.kernel_steps()}
     assert kept == {"proj": list(TWO_192), "qkv_head_sumsq": [TWO_192[0]]}
 
 

@@ -46,7 +46,7 @@ class ValidatingChain(FakeChain):
 @pytest.fixture(autouse=True)
 def _cpu_device(monkeypatch):
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(runtime, "_current_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(runtime.checks, "current_device", lambda: torch.device("cpu"))
     # The CPU algebra proof (``coda check --math``) is a stage of its own, at its own shrunk
     # dims, where this spec's literal head count cannot follow either; not under test here.
     monkeypatch.setattr(V, "math_proof", lambda *a, **k: (), raising=False)

@@ -361,7 +361,7 @@ def _configs_run(chain, steps, sizes) -> str:
     """The config the section's kernels ran at (their selected variants: tuned, else the
     fallback); several are listed per kernel. "" for a section without kernels."""
     picked = chain.selected_variants(sizes)
-    names = [s["name"] for s in steps if s.kind == "kernel"]
+    names = [s.name for s in steps if s.kind == "kernel"]
     configs = list(dict.fromkeys(picked[n] for n in names))
     if len(configs) <= 1:
         return configs[0] if configs else ""
@@ -386,8 +386,8 @@ def _case(chain, checked, m, sizes, d, opts, timing, notes, copy_gbps) -> Case:
     for s in steps if opts.kernels and d != "fwd+bwd" else ():
         if s.kind != "kernel":
             continue
-        kc, failure = _stats_or_none(stats, failed, f"kernel:{s['name']}")
-        ks, _ = _stats_or_none(stats, failed, f"kernel-sol:{s['name']}")
+        kc, failure = _stats_or_none(stats, failed, f"kernel:{s.name}")
+        ks, _ = _stats_or_none(stats, failed, f"kernel-sol:{s.name}")
         flops, nbytes = R.gemm_flops(m, s, sizes), R.step_bytes(m, s, sizes)
         kernels.append(KernelTimed(s.name, kc, ks, flops, nbytes, failure))
     return Case(
