@@ -107,11 +107,11 @@ def breakdown(build: Path, m: int, calls: int) -> dict:
     sizes, inputs, _ = _inputs(chain, m)
     env = chain.run(inputs)
     parts = {"validate": _stats(_time_calls(lambda: chain.bind(inputs), calls))["median_us"]}
-    for step in chain.manifest["steps"]:
+    for step in chain.manifest.steps:
         fn = chain.steps_fn(env, sizes, [step])
         for _ in range(10):
             fn()
-        parts[f"{step['kind']} {step['name']}"] = _stats(_time_calls(fn, calls))["median_us"]
+        parts[f"{step.kind} {step.name}"] = _stats(_time_calls(fn, calls))["median_us"]
     parts.update(_launch_calls(chain, inputs, calls))
     return {"chain": chain.name, "us": parts}
 
@@ -120,7 +120,7 @@ def _launch_calls(chain, inputs: dict, calls: int) -> dict:
     """The median time inside the launch calls themselves -- the exported GEMM function
     (TVM-FFI, its tensor arguments converted by DLPack) and the driver launch of a cubin --
     per launch, over ``calls`` checked forward calls."""
-    from coda_spec import launch
+    from coda_spec.runtime import cubin as launch
 
     spent = {"gemm call": [], "cubin call": []}
 
@@ -133,7 +133,8 @@ def _launch_calls(chain, inputs: dict, calls: int) -> dict:
 
         return call
 
-    chain._fns.update({k: timed(f, "gemm call") for k, f in chain._fns.items()})
+    fns = chain._launcher._fns  # symbol -> exported function, filled by the warm-up calls
+    fns.update({k: timed(f, "gemm call") for k, f in fns.items()})
     real = launch.Cubin.launch
     launch.Cubin.launch = timed(real, "cubin call")
     try:

@@ -45,17 +45,17 @@ def ncu(targets):
     for t in targets:
         chain, sizes, _, _, env = prepared(t)
         m = chain.manifest
-        steps = [s for s in m["steps"] + m.get("backward_steps", []) if s["kind"] == "kernel"]
+        steps = m.kernel_steps()
         want = os.environ.get("CODA_VARIANTS", "")
         for s in steps:
-            names = chain.variant_names(s["name"])
+            names = chain.variant_names(s.name)
             picks = (
                 [None]
                 if not want
                 else [i for i, n in enumerate(names) if want == "all" or n in want.split(";")]
             )
             for i in picks:
-                run = chain if i is None else chain.with_variants({s["name"]: i})
+                run = chain if i is None else chain.with_variants({s.name: i})
                 fn = run.steps_fn(env, sizes, [s])
                 a, b = _operands(m, s, env)
                 fn(), torch.mm(a, b)  # warm: module load, cuBLAS heuristics

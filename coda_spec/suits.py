@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coda_spec.config import BuildConfig
 from coda_spec import primitives
+from coda_spec.config import BuildConfig
 
 
 def kernel_refusal(prims, step, config: BuildConfig, sizes: dict, width: int):

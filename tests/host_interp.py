@@ -75,12 +75,12 @@ def main(argv) -> int:
         return 2
     import torch
 
-    from coda_spec.artifact import eval_shape
+    from coda_spec.artifact import Arg, eval_shape
     from coda_spec.frontend import check_file, with_dims
     from coda_spec.lower.host_kernel import host_kernel
     from coda_spec.lower.triton_aot import _import_source
     from coda_spec.reference import PRECISIONS, TORCH_DTYPES, _run_step, run
-    from coda_spec.runtime import launch_grid, launch_values
+    from coda_spec.runtime.launch import launch_grid, launch_values
 
     case = json.loads(Path(argv[0]).read_text())
     checked = check_file(case["spec"])
@@ -116,10 +116,10 @@ def main(argv) -> int:
     for o in kernel.outputs:
         dtype = TORCH_DTYPES[o["dtype"]]
         outs[o["tensor"]] = torch.full(eval_shape(o["shape"], sizes), float("nan"), dtype=dtype)
-    launch = {"args": [dict(a) for a in kernel.args], "grid": list(kernel.grid)}
     bound = {**reads, **outs}
-    args = launch_values(launch, bound, sizes)  # bound as the runtime binds a launch
-    fn[launch_grid(launch, bound, sizes)](*args, **dict(kernel.constexprs))
+    # bound as the runtime binds a launch
+    args = launch_values(tuple(Arg.from_data(a) for a in kernel.args), bound, sizes)
+    fn[launch_grid(tuple(kernel.grid), bound, sizes)](*args, **dict(kernel.constexprs))
 
     result = {
         "kernel": outs,

@@ -1,14 +1,15 @@
-"""``coda_spec.runtime`` without a GPU (CI): validation, manifest format 6 (shape expressions;
-older formats refused), inputs read only by ``derive``/``equivalent_to``, and empty calls (M = 0).
+"""``coda_spec.runtime`` without a GPU (CI): validation, the typed manifest (format 7; older
+formats and malformed manifests refused at load), inputs read only by
+``derive``/``equivalent_to``, and empty calls (M = 0).
 
 No compile: a build directory is a shrunk spec plus the manifest ``coda build`` would write
 (``tests.test_verify_cpu.fake_manifest``). The ``cpu`` fixture patches
-``runtime._current_device`` to the CPU (so CPU tensors pass the device check), the GEMM kernel
-loader to fail the test (anything that would launch a GEMM is caught) and the compiled host steps
-and finalizes to their torch emulation (``tests.emulate``; a CPU has no cubin to launch). An
-M = 0 call must run to the end like that, and agree with the reference interpreter on the
-documented rule for reductions over nothing (sum and mean 0, max and logsumexp -inf, per-row
-statistics empty).
+``coda_spec.runtime.checks.current_device`` to the CPU (so CPU tensors pass the device check),
+the GEMM kernel loader (``Launcher.function``) to fail the test (anything that would launch a
+GEMM is caught) and the compiled host steps and finalizes to their torch emulation
+(``tests.emulate``; a CPU has no cubin to launch). An M = 0 call must run to the end like that,
+and agree with the reference interpreter on the documented rule for reductions over nothing
+(sum and mean 0, max and logsumexp -inf, per-row statistics empty).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.artifact import SPLIT_K, KernelStep, Launch, Manifest
+from coda_spec.artifact import SPLIT_K, KernelStep, Manifest
 from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.runtime.call import Call, alloc
 from coda_spec.runtime.cubin import Cubin, LaunchError
@@ -103,11 +103,11 @@ def _evaluator(expr: str):
     return dimmod.evaluator(expr)
 
 
-def launch_values(launch: Launch, env: dict, sizes: dict) -> list:
-    """The arguments of a compiled step at this call: the chain tensor for a ``tensor``
-    argument (the launcher passes its pointer), an int otherwise."""
+def launch_values(args: tuple, env: dict, sizes: dict) -> list:
+    """The arguments (``Launch.args``) of a compiled step at this call: the chain tensor for a
+    ``tensor`` argument (the launcher passes its pointer), an int otherwise."""
     out = []
-    for a in launch.args:
+    for a in args:
         if a.tensor is not None:
             out.append(env[a.tensor])
         elif a.dim is not None:
@@ -118,9 +118,9 @@ def launch_values(launch: Launch, env: dict, sizes: dict) -> list:
     return out
 
 
-def launch_grid(launch: Launch, env: dict, sizes: dict) -> tuple:
-    """The grid of a compiled step at this call."""
-    return tuple(_dim(g, sizes, env) for g in launch.grid)
+def launch_grid(grid: tuple, env: dict, sizes: dict) -> tuple:
+    """The grid (``Launch.grid``) of a compiled step at this call."""
+    return tuple(_dim(g, sizes, env) for g in grid)
 
 
 def _zero_operand(rows: int, major: str, dtype, device) -> torch.Tensor:
@@ -316,7 +316,7 @@ class Launcher:
                 env[o.tensor] = alloc(call, shape, dtype)
         align = launch.pointer_align
         args = []
-        for a, v in zip(launch.args, launch_values(launch, env, sizes), strict=True):
+        for a, v in zip(launch.args, launch_values(launch.args, env, sizes), strict=True):
             if isinstance(v, torch.Tensor):
                 v = v.data_ptr()
                 if v % align:
@@ -325,7 +325,7 @@ class Launcher:
                         f"that is not {align}-byte aligned"
                     )
             args.append(v)
-        grid = launch_grid(launch, env, sizes)
+        grid = launch_grid(launch.grid, env, sizes)
         generic, fast = self.cubins[step.name]
         if fast is not None and all(
             args[i] % launch.aligned_multiple == 0 for i in launch.aligned_params

@@ -39,17 +39,17 @@ def compare(chain, m: int, seed: int) -> list[dict]:
     ref = run(checked.analysis, inputs, "fp64", sizes)
     lowp = run(checked.analysis, inputs, "lowp", sizes)
     rows = []
-    for o in chain.manifest["outputs"]:
-        name = o["name"]
+    for o in chain.manifest.outputs:
+        name = o.name
         got, want, lo = out[name].double(), ref[name].double(), lowp[name].double()
         err = (got - want).abs()
-        limit = bound(want, lo, o["dtype"])
+        limit = bound(want, lo, o.dtype)
         rows.append(
             {
                 "M": m,
                 "output": name,
                 "shape": list(got.shape),
-                "dtype": o["dtype"],
+                "dtype": o.dtype,
                 "max_abs_err": float(err.max()),
                 "rel_err": float(err.norm() / want.norm()),
                 "bound": limit,

@@ -93,18 +93,14 @@ class Harness:
         self.chain = load(_build_dir(name))
         self.checked = self.chain.checked()
         m = self.chain.manifest
-        self.inputs = {t["name"]: t for t in m["inputs"]}
+        self.inputs = {t.name: t for t in m.inputs}
         self.required = self.chain.required_inputs
-        self.grads_in = {t["name"]: t for t in m.get("grads_in", [])}
-        self.has_backward = bool(m.get("backward_steps"))
-        self.static = {k: v for k, v in m["dims"].items() if v is not None}
-        self.dynamic = [k for k, v in m["dims"].items() if v is None]
-        self.dev = runtime._current_device()  # torch's current CUDA device
-        into = {
-            s["d"][0]: s["add_to"]
-            for s in m["steps"] + m.get("backward_steps", [])
-            if s["kind"] == "kernel" and s["add_to"]
-        }
+        self.grads_in = {t.name: t for t in m.grads_in}
+        self.has_backward = bool(m.backward_steps)
+        self.static = m.static
+        self.dynamic = [k for k, v in m.dims.items() if v is None]
+        self.dev = runtime.checks.current_device()  # torch's current CUDA device
+        into = {s.d.tensor: s.add_to for s in m.kernel_steps() if s.add_to}
         self.add_to = {}
         for out, t in into.items():
             while t in into:
@@ -116,7 +112,7 @@ class Harness:
 
     def outputs(self, backward: bool) -> list[dict]:
         m = self.chain.manifest
-        return m["outputs"] + (m.get("backward_outputs", []) if backward else [])
+        return list(m.outputs + (m.backward_outputs if backward else ()))
 
     def draw(self, m: int, seed: int, backward: bool):
         from coda_spec.inputs import make_grads, make_inputs
@@ -134,7 +130,7 @@ class Harness:
         """name -> (ref in fp64, ref_lowp) for every output the call returns."""
         from coda_spec.reference import run
 
-        names = [o["name"] for o in self.outputs(grads is not None)]
+        names = [o.name for o in self.outputs(grads is not None)]
         ref = run(self.checked.analysis, low, "fp64", sizes, grads=grads)
         ref = {n: ref[n] for n in names}
         lowp = run(self.checked.analysis, low, "lowp", sizes, grads=grads)
@@ -146,14 +142,14 @@ class Harness:
         from coda_spec.reference import TORCH_DTYPES
 
         torch = self.torch
-        decl = {o["name"]: o for o in self.outputs(True)}
+        decl = {o.name: o for o in self.outputs(True)}
         bad = []
         for name in expected:
             o, got = decl[name], env[name]
-            if tuple(got.shape) != eval_shape(o["shape"], sizes):
+            if tuple(got.shape) != eval_shape(o.shape, sizes):
                 bad.append(f"{name}: shape {tuple(got.shape)}")
                 continue
-            if got.dtype != TORCH_DTYPES[o["dtype"]]:
+            if got.dtype != TORCH_DTYPES[o.dtype]:
                 bad.append(f"{name}: dtype {got.dtype}")
                 continue
             ref, lowp = expected[name]
@@ -164,7 +160,7 @@ class Harness:
             if not got.numel():
                 continue
             err = float((got - ref).abs().max())
-            floor = 1e-5 * float(ref.abs().max()) if o["dtype"] == "fp32" else 0.0
+            floor = 1e-5 * float(ref.abs().max()) if o.dtype == "fp32" else 0.0
             bound = 2 * float((lowp - ref).abs().max()) + floor
             if not err <= bound:
                 bad.append(f"{name}: max|out - ref| {err:.3e} > bound {bound:.3e}")
@@ -180,8 +176,8 @@ class Harness:
             isinstance(x, torch.Tensor)
             and x.layout == torch.strided
             and x.device == self.dev
-            and x.dtype == TORCH_DTYPES[decl["dtype"]]
-            and tuple(x.shape) == tuple(evaluate(d, sizes) for d in decl["shape"])
+            and x.dtype == TORCH_DTYPES[decl.dtype]
+            and tuple(x.shape) == tuple(evaluate(d, sizes) for d in decl.shape)
             and x.is_contiguous()
             and x.data_ptr() % 16 == 0
         )
@@ -241,7 +237,7 @@ def _defect(torch, h: Harness, target: dict, decls: dict, kind: str, rng: random
         shape = list(x.shape)
         axes = [
             i
-            for i, d in enumerate(decl["shape"])
+            for i, d in enumerate(decl.shape)
             if (d in h.dynamic) == (kind == "wrong_m") and isinstance(d, str)
         ]
         if not axes:
@@ -357,29 +353,29 @@ def test_empty_call_launches_nothing(name, monkeypatch):
     import torch
 
     from coda_spec.artifact import eval_shape
-    from coda_spec.runtime import Chain
+    from coda_spec.runtime.launch import Launcher
 
     h = Harness(name)
     sizes, low, grads = h.draw(0, SEED, h.has_backward)
     loaded = []
-    real_fn = Chain._fn
-    monkeypatch.setattr(Chain, "_fn", lambda self, s: loaded.append(s) or real_fn(self, s))
+    real_fn = Launcher.function
+    monkeypatch.setattr(Launcher, "function", lambda self, s: loaded.append(s) or real_fn(self, s))
     passed = {**low, **(grads or {})}
     env = h.chain.run(dict(low), grads=dict(grads) if grads else None)
     torch.cuda.synchronize()
     assert loaded == []
     for o in h.outputs(grads is not None):
-        got = env[o["name"]]
-        assert tuple(got.shape) == eval_shape(o["shape"], sizes), o["name"]
-        if any(d in h.dynamic for d in o["shape"]):
-            assert got.numel() == 0, o["name"]
+        got = env[o.name]
+        assert tuple(got.shape) == eval_shape(o.shape, sizes), o.name
+        if any(d in h.dynamic for d in o.shape):
+            assert got.numel() == 0, o.name
         else:
-            assert got.numel() and bool((got == 0).all()), f"{o['name']} is not all zero"
-        if o["name"] in h.add_to:
-            assert got is passed[h.add_to[o["name"]]], f"{o['name']} is not its add_to tensor"
+            assert got.numel() and bool((got == 0).all()), f"{o.name} is not all zero"
+        if o.name in h.add_to:
+            assert got is passed[h.add_to[o.name]], f"{o.name} is not its add_to tensor"
     assert not h.problems(env, h.reference(sizes, low, grads), sizes)
     out = h.chain(**{k: v for k, v in low.items()})  # the keyword form too
-    assert set(out) == {o["name"] for o in h.chain.manifest["outputs"]}
+    assert set(out) == {o.name for o in h.chain.manifest.outputs}
     assert loaded == []
     monkeypatch.undo()
     sizes, low, grads = h.draw(GOOD_M, SEED, h.has_backward)

@@ -29,8 +29,7 @@ def _chain(name: str, m: int = 1000, seed: int = 0):
 
 
 def _results(chain, env) -> dict:
-    names = [o["name"] for o in chain.manifest["outputs"]]
-    names += [o["name"] for o in chain.manifest.get("backward_outputs", [])]
+    names = [o.name for o in chain.manifest.outputs + chain.manifest.backward_outputs]
     return {n: env[n].clone() for n in names}
 
 
@@ -93,9 +92,8 @@ def test_profiler_names_spec_steps(name):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         chain.run(_fresh(inputs), grads=_fresh(grads))
     names = {e.name for e in prof.events()}
-    steps = chain.manifest["steps"] + (chain.manifest.get("backward_steps") or [])
-    for s in steps:
-        want = f"{chain.name}/{s['name']} ({chain.manifest['spec_file']}:{s['line']})"
+    for s in chain.manifest.all_steps:
+        want = f"{chain.name}/{s.name} ({chain.manifest.spec_file}:{s.line})"
         assert want in names, (want, sorted(n for n in names if "/" in n)[:20])
 
 
@@ -109,5 +107,5 @@ def test_backward_from_saved_tensors_equals_the_full_run():
     env = chain.run(_fresh(inputs))
     saved = {n: env[n] for n in chain.saved}
     out = chain.backward(saved, **_fresh(grads))
-    for o in chain.manifest["backward_outputs"]:
-        assert torch.equal(out[o["name"]], full[o["name"]]), o["name"]
+    for o in chain.manifest.backward_outputs:
+        assert torch.equal(out[o.name], full[o.name]), o.name
