@@ -179,9 +179,29 @@ def test_pick_from_the_tune_table(entries, m, want, tmp_path, cpu):
 
 
 def test_entries_of_another_build_are_not_used(tmp_path, cpu):
+    """A tune table with no entry for this build (a rebuild changes the build's hash) says so
+    once, at load, naming coda tune; copies of the chain (verify's re-sized and forced ones) and
+    calls do not warn again."""
     d, _ = variant_build(tmp_path)
-    chain = runtime.load(d, tuned=table("rmsnorm_chain-111111111111", {"out_proj": TWO_BUCKETS}))
-    assert chain.selected_variants({"M": 64})["out_proj"] == V0
+    other = table("rmsnorm_chain-111111111111", {"out_proj": TWO_BUCKETS})
+    with pytest.warns(UserWarning, match=r"no tune entry for build rmsnorm_chain-0+ .*coda tune"):
+        chain = runtime.load(d, tuned=other)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert chain.selected_variants({"M": 64})["out_proj"] == V0
+        chain.with_variants({"out_proj": 1}).with_manifest(chain.manifest)
+
+
+def test_no_warning_without_tune_files_or_variants(tmp_path, cpu, monkeypatch):
+    """Nothing to say when no tune file is found, or when no kernel has a second variant."""
+    d, _ = variant_build(tmp_path)
+    (tmp_path / "one").mkdir()
+    one, _ = make_build(tmp_path / "one", "rmsnorm_chain")  # one variant per kernel
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runtime.load(d)  # no ./tuned, no $CODA_TUNED
+        runtime.load(one, tuned=table("rmsnorm_chain-111111111111", {"out_proj": TWO_BUCKETS}))
 
 
 def test_a_latest_link_reads_the_builds_own_entries(tmp_path, cpu):

@@ -153,8 +153,11 @@ class Plan:
         self.table = table
         self.tuned = tuned_rows(table, build, self.names, self.static)
         self._shapes = {n: shape_fn(t.shape) for n, t in m.tensors.items()}
-        self._field_shapes = {
-            f: shape_fn(f.shape) for vs in self.variants.values() for v in vs for f in v.fields
+        self._field_shapes = {  # by id: the manifest's fields live as long as the plan
+            id(f): shape_fn(f.shape)
+            for vs in self.variants.values()
+            for v in vs
+            for f in v.fields
         }
 
     def fold(self, expr):
@@ -173,7 +176,7 @@ class Plan:
         return self._shapes[tensor](sizes)
 
     def field_shape(self, field, sizes: dict) -> tuple:
-        fn = self._field_shapes.get(field) or shape_fn(field.shape)
+        fn = self._field_shapes.get(id(field)) or shape_fn(field.shape)
         return fn(sizes)
 
     def gemm_extents(self, step: KernelStep, sizes: dict) -> tuple[int, int, int]:
