@@ -62,6 +62,7 @@ from types import MappingProxyType
 
 from coda_spec import dims as dimmod
 from coda_spec.errors import Diagnostic, SpecError, format_path
+from coda_spec.finalize import finalize_op
 from coda_spec.lower.triton_aot import TritonKernel
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import PAIR
@@ -535,15 +536,17 @@ def _fold_finalizes(hc: HostCtx, steps, index: int) -> list:
             continue
         x = hc.partials[s.of]
         hc.op = s
-        if s.op in ("mean", "rsqrt_mean"):
-            name = hc.fresh(hc.ident(s.result))
-            expr = s.n if s.n is not None else (group or width)
-            count = hc.dim_arg(f"n_{hc.ident(s.result)}", str(expr), f"n of {s.name}: {expr}")
-            mean = f"{x} / {count}.to(tl.float32)"
-            expr = mean if s.op == "mean" else f"tl.rsqrt({mean} + {float(s.eps)!r})"
-            hc.post(f"{name} = {expr}")
-        else:  # sum, max, logsumexp: the exact per-row partial is the result
+        row = finalize_op(s.op)
+        if not row.needs_n and row.triton == "{x}":  # the exact per-row partial is the result
             name = x
+        else:  # the op's Triton text (finalize.TABLE), on the mean when it needs n
+            name = hc.fresh(hc.ident(s.result))
+            if row.needs_n:
+                expr = s.n if s.n is not None else (group or width)
+                count = hc.dim_arg(f"n_{hc.ident(s.result)}", str(expr), f"n of {s.name}: {expr}")
+                x = f"{x} / {count}.to(tl.float32)"
+            eps = repr(float(s.eps)) if row.needs_eps else ""
+            hc.post(f"{name} = {row.triton.format(x=x, eps=eps)}")
         hc.post(f"tl.store({hc.out(s.result)} + row, {name})")
         folds.append(s.name)
     hc.op = None
