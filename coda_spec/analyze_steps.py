@@ -14,9 +14,9 @@ from __future__ import annotations
 from coda_spec.analyze_types import StepInfo, TensorInfo, TypeCtx, flat, load_hint, shape_expr
 from coda_spec.dims import DimError, fold, show
 from coda_spec.dtypes import DTYPES
-from coda_spec.errors import Diagnostic, closest, did_you_mean
+from coda_spec.errors import Diagnostic, ItemError, closest, did_you_mean
 from coda_spec.finalize import NEEDS_EPS, NEEDS_N, finalize_op, ops_folding
-from coda_spec.primitives.base import INDEX_DTYPES, PAIR, TypeProblem, VType, double, half
+from coda_spec.primitives.base import INDEX_DTYPES, PAIR, VType, double, half
 
 
 def _first_fold(kind: str) -> str:
@@ -348,7 +348,7 @@ class StepWalker:
         elif ok:
             try:
                 results = p.infer(tc, op, ins, tensors)
-            except TypeProblem as e:
+            except ItemError as e:
                 self.err(path + ((e.key,) if e.key else ()), e.message, e.hint)
                 if e.width is not None and e.width == tc.width:
                     self._width_note(e.width)

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from coda_spec.config import BuildConfig
-from coda_spec.errors import SpecError
+from coda_spec.errors import ItemError, SpecError
 from coda_spec.frontend import check_source
 from coda_spec.lower import api
 from coda_spec.lower.module import lower_spec
@@ -147,7 +147,7 @@ def test_use_refuses_a_name_kernel_py_cannot_import():
     step = checked.spec.steps[0]
     lc = api.LowerCtx(checked.analysis, step, [], "plain", "M", 512, 256, (128, 256), "x", {})
     assert lc.use("cute.math.exp") == "cute.math.exp"
-    with pytest.raises(api.LowerError, match="not importable"):
+    with pytest.raises(ItemError, match="not importable"):
         lc.use("_sincos_turns")
     assert lc.declared().imports == {"cute"}
 

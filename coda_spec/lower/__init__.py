@@ -4,7 +4,7 @@ Layer map (imports one way: module -> emit -> primitives -> api; ``tests/test_lo
 --------------------------------------------------------------------------------------------
 * ``lower/api.py``    — the lowering API every primitive's ``lower(lc, op)`` uses: ``LowerCtx``
   (values, text, and resource methods that declare fn operands, D/C bindings, aux stores, sinks,
-  shared ops and the names the text imports), ``Field``, ``LowerError``; the QuACK contract. It
+  shared ops and the names the text imports), ``Field``, ``ItemError``; the QuACK contract. It
   imports no primitive, neither the walk nor a compiler.
 * ``lower/emit.py``   — the walk over one GEMM kernel's epilogue: asks each item's primitive for
   its ``lower``, then reads what the items declared and assembles the decorated fn (and its

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coda_spec.errors import Diagnostic, SpecError, format_path
-from coda_spec.lower.api import Declared, LowerCtx, LowerError
+from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
+from coda_spec.lower.api import Declared, LowerCtx
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
         lc.comment(op)
         try:
             p.lower(lc, op)
-        except LowerError as e:
+        except ItemError as e:
             raise SpecError(
                 [_diag(file, op, f"cannot lower '{op.prim}': {e.message}", e.hint)]
             ) from None

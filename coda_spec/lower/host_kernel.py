@@ -61,7 +61,8 @@ from importlib import metadata
 from types import MappingProxyType
 
 from coda_spec import dims as dimmod
-from coda_spec.errors import Diagnostic, SpecError, format_path
+from coda_spec.dtypes import dtype
+from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
 from coda_spec.finalize import finalize_op
 from coda_spec.lower.triton_aot import TritonKernel
 from coda_spec.primitives import registry
@@ -69,19 +70,6 @@ from coda_spec.primitives.base import PAIR
 
 PRE, LOOP, POST = 0, 1, 2  # where a statement runs: before, inside, after the loop over a row
 WIDE = ("tile", "row")  # kinds with one value per column (lanes); col and scalar are per row
-
-TL_DTYPE = MappingProxyType(
-    {
-        "bf16": "tl.bfloat16",
-        "fp16": "tl.float16",
-        "fp32": "tl.float32",
-        "int32": "tl.int32",
-        "int64": "tl.int64",
-    }
-)
-POINTER = MappingProxyType(
-    {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32", "int64": "*i64"}
-)
 
 # Names the kernel itself uses; a spec value with one of these names is renamed with a trailing _.
 RESERVED = frozenset(
@@ -108,14 +96,6 @@ class HostKernelError(SpecError):
     def __str__(self) -> str:
         d = self.diagnostics[0]
         return f"{d.file}:{d.line}: {d.message}" + (f"; {d.hint}" if d.hint else "")
-
-
-class HostLowerError(Exception):
-    """Raised by a primitive's ``host`` function; :func:`host_kernel` adds the location."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message, self.hint = message, hint
 
 
 @dataclass
@@ -206,8 +186,8 @@ class HostCtx:
     def post(self, text: str) -> None:
         self.line(text, POST)
 
-    def error(self, message: str, hint: str = "") -> HostLowerError:
-        return HostLowerError(message, hint)
+    def error(self, message: str, hint: str = "") -> ItemError:
+        return ItemError(message, hint=hint)
 
     # -- values ------------------------------------------------------------------------------
     def value(self, raw) -> HVal:
@@ -351,7 +331,7 @@ class HostCtx:
         return self.checked.analysis.tensor(tensor)
 
     def tl_dtype(self, tensor: str) -> str:
-        return TL_DTYPE[self.info_of(tensor).dtype]
+        return dtype(self.info_of(tensor).dtype).triton
 
     def fp32(self, expr: str, tensor: str) -> str:
         """``expr`` (loaded from ``tensor``) converted to fp32 unless it already is."""
@@ -359,10 +339,10 @@ class HostCtx:
 
     def cast(self, expr: str, tensor: str) -> str:
         """fp32 ``expr`` rounded to ``tensor``'s dtype for a store (round to nearest even)."""
-        dtype = self.info_of(tensor).dtype
-        if dtype == "fp32":
+        name = self.info_of(tensor).dtype
+        if name == "fp32":
             return expr
-        return f"{_atom(expr)}.to({TL_DTYPE[dtype]})"
+        return f"{_atom(expr)}.to({dtype(name).triton})"
 
     def ptr(self, tensor: str) -> str:
         """The pointer parameter of a chain tensor the body reads."""
@@ -443,11 +423,11 @@ def _schedule(hc: HostCtx, op, p) -> int:
         if late:
             name, v = late[0]
             src = f"'{v.op.prim}' (line {v.op.loc.line})" if v.op is not None else "a reduction"
-            raise HostLowerError(
+            raise ItemError(
                 f"reads '{name}', which {src} knows only after the whole row has been read; "
                 "using it per column needs a second pass over the row, which host kernels do "
                 "not make",
-                "split the body into two host steps (store the per-row value, load_col it in "
+                hint="split the body into two host steps (store the per-row value, load_col it in "
                 "the second), or restate the math without it",
             )
         return LOOP
@@ -488,17 +468,17 @@ def _slots(step, info, prims) -> int:
         return 1  # no per-column value: the body runs once per row, no loop
     bad = [w for w in candidates if not isinstance(w, int)]
     if bad:
-        raise HostLowerError(
+        raise ItemError(
             f"host kernels need static widths; '{bad[0]}' is a dynamic dim",
-            "give the column dim a size under dims:",
+            hint="give the column dim a size under dims:",
         )
     slots = min(candidates)
     for w in widths:
         ratio = w // slots
         if w % slots or ratio & (ratio - 1):
-            raise HostLowerError(
+            raise ItemError(
                 f"widths {sorted(widths)} do not share a power-of-two slot ({slots} columns)",
-                "host kernels take tiles of one width, its half and its double",
+                hint="host kernels take tiles of one width, its half and its double",
             )
     return slots
 
@@ -577,7 +557,7 @@ def host_kernel(checked, step, block: int | None = None) -> TritonKernel:
             )
     try:
         slots = _slots(step, info, prims)
-    except HostLowerError as e:
+    except ItemError as e:
         raise _locate(file, step, None, f"{prefix}: {e.message}", e.hint) from None
     widths = [vt.width for _, vt in info.values if vt.kind in WIDE]
     max_lanes = max((w // slots for w in widths), default=1)
@@ -593,7 +573,7 @@ def host_kernel(checked, step, block: int | None = None) -> TritonKernel:
         try:
             hc.phase = _schedule(hc, op, p)
             p.host(hc, op)
-        except HostLowerError as e:
+        except ItemError as e:
             raise _locate(
                 file, step, op, f"{prefix}: '{op.prim}' (line {op.loc.line}) {e.message}", e.hint
             ) from None
@@ -690,7 +670,7 @@ def _kernel(hc: HostCtx, step, info, folds) -> TritonKernel:
     entry = f"coda_{step.name}"
     params = _params(hc)
     analysis = hc.checked.analysis
-    signature = tuple((p, POINTER[hc.info_of(t).dtype]) for p, t, _ in params)
+    signature = tuple((p, dtype(hc.info_of(t).dtype).triton_ptr) for p, t, _ in params)
     args = tuple({"tensor": t} for _, t, _ in params)
     over_lanes = hc.lanes_of(hc.info_of(step.over).shape[1])
     signature += (("SLOTS", "i32"),) + tuple((p, "i32") for p, _, _ in hc.dims)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from coda_spec.errors import ItemError
 from coda_spec.finalize import EMPTY_FOLD, REDUCTIONS, partial_fold
 from coda_spec.lower.api import Field
-from coda_spec.primitives.base import TypeProblem, need_tile
+from coda_spec.primitives.base import need_tile
 
 SIBLING = {
     "sum": "sumsq",
@@ -33,14 +34,14 @@ def operand_tiles(name, op, ins):
     kind = op.get(name)
     if kind == "dot":
         if not isinstance(of, list):
-            raise TypeProblem(f"{name}: dot needs two values, of: [a, b]", "of")
+            raise ItemError(f"{name}: dot needs two values, of: [a, b]", "of")
         a = need_tile(of[0], f"{name} dot", "of")
         b = need_tile(of[1], f"{name} dot", "of")
         if a.width != b.width:
-            raise TypeProblem(f"{name} dot: widths differ ({a.width} vs {b.width})", "of")
+            raise ItemError(f"{name} dot: widths differ ({a.width} vs {b.width})", "of")
         return a
     if isinstance(of, list):
-        raise TypeProblem(f"{name}: '{kind}' reads one value; only dot takes two", "of")
+        raise ItemError(f"{name}: '{kind}' reads one value; only dot takes two", "of")
     return need_tile(of, name, "of")
 
 

@@ -8,13 +8,13 @@ config rule is checked by ``supports()`` at build time. The result is a ``group`
 per (row, group), broadcast over the group's columns.
 """
 
+from coda_spec.errors import ItemError
 from coda_spec.primitives._reduce import SIBLING, group_stat, grouped
 from coda_spec.primitives.base import (
     DIM_REF,
     STATEFUL,
     VALUE_REF,
     Primitive,
-    TypeProblem,
     VType,
     item_schema,
     need_tile,
@@ -27,7 +27,7 @@ def _infer(tc, op, ins, tensors):
     tile = need_tile(ins["of"], "prepass", "of")
     g = tc.fold(op.get("group", tile.width), "group")
     if isinstance(tile.width, int) and isinstance(g, int) and tile.width % g:
-        raise TypeProblem(
+        raise ItemError(
             f"prepass: width {tile.width} is not a multiple of group {g}",
             "group",
             "per-head statistics need N % head_dim == 0",
