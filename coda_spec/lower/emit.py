@@ -2,12 +2,12 @@
 
 The walk: for each item of a kernel's epilogue, ask its primitive whether the config supports it,
 write the item's spec line as a comment, and call its ``lower(lc, op)`` with one
-:class:`~coda_spec.lower.api.LowerCtx` per kernel. Then read what the items declared (a frozen
-:class:`~coda_spec.lower.api.Declared`) and assemble the kernel: the decorator (``ops=``,
+:class:`~coda_spec.lower_api.LowerCtx` per kernel. Then read what the items declared (a frozen
+:class:`~coda_spec.lower_api.Declared`) and assemble the kernel: the decorator (``ops=``,
 ``outputs=``, ``reduces=``, ``outs=``, ``extra_ops=``, ``prepass=``, ``mode=``), the prepass fn
 when a statistic needs one, and the return dict. The QuACK contract and the API primitives lower
-against live in ``lower/api.py``; this module imports it and the primitives' registry is passed
-in, so the import graph stays one-way (module -> emit -> primitives -> api).
+against live in ``coda_spec/lower_api.py``; this module imports it and the primitives' registry
+is passed in, so the import graph stays one-way (module -> emit -> primitives -> lower_api).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
-from coda_spec.lower.api import Declared, LowerCtx
+from coda_spec.lower_api import Declared, LowerCtx
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class LoweredKernel:
     params: tuple  # fn parameter names after acc
     body: tuple  # source lines (already indented by 4)
     line: int
-    imports: tuple = ()  # names kernel.py imports for this kernel (lower/api.KERNEL_IMPORTS)
+    imports: tuple = ()  # names kernel.py imports for this kernel (lower_api.KERNEL_IMPORTS)
 
 
 def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> LoweredKernel:

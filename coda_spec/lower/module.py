@@ -6,7 +6,7 @@ statement under a comment naming the spec line it came from, so a compiler error
 points back into the YAML. The banner names the spec and its hash only: the tool versions are in
 the build hash and the manifest (``coda_spec.versions``), so the text (and the golden files) does
 not change with installed versions. The import block holds exactly the names the kernels declared
-while lowering (``LowerCtx.use``), grouped by module as ``lower/api.KERNEL_IMPORTS`` lists them:
+while lowering (``LowerCtx.use``), grouped by module as ``lower_api.KERNEL_IMPORTS`` lists them:
 QuACK's public API, coda's kernel helpers (``lower/kernel_lib.py``), coda's QuACK ops
 (``lower/quack_ops``) and the adapter of QuACK's private names (``lower/quack_private.py``).
 A spec without GEMM kernels (host steps only) gets no kernel.py: its source is empty.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coda_spec.errors import SpecError
-from coda_spec.lower.api import KERNEL_IMPORTS, MODULE_IMPORTS
 from coda_spec.lower.emit import lower_kernel
+from coda_spec.lower_api import KERNEL_IMPORTS, MODULE_IMPORTS
 from coda_spec.primitives import registry
 
 

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 from coda_spec.errors import ItemError
 from coda_spec.finalize import EMPTY_FOLD, REDUCTIONS, partial_fold
-from coda_spec.lower.api import Field
+from coda_spec.lower_api import Field
 from coda_spec.primitives.base import need_tile
 
 SIBLING = {

@@ -8,7 +8,8 @@ Layer map
   Lowering to CuTe DSL is attached by the adapter package in a later stage; primitives only ever
   emit source text, so this package imports neither torch (lazily, inside ``reference``) nor
   cutlass/quack. ``host`` emits the Triton text of a host step's kernel
-  (``coda_spec/lower/host_kernel.py``), also as pure text.
+  (against ``coda_spec/host_api.py``), also as pure text; a primitive without one says why in
+  ``no_host``.
 * ``coda_spec/primitives/__init__.py`` — the registry: every module of the package not starting
   with ``_`` (and not this one) is a primitive file exporting ``PRIMITIVE``, discovered by listing
   the package; no list to edit, no decorators, no import-time side effects. ``_``-modules hold
@@ -90,9 +91,10 @@ class Primitive:
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
     supports: Callable = field(default=lambda config, op: None)  # -> reason string or None
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
-    prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower/api.py)
+    prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower_api.py)
     host: Callable | None = None  # (HostCtx, Op) -> None: emits Triton statements for a
-    # host-step body (lower/host_kernel.py); None: host_kernel refuses a body that uses it
+    # host-step body (coda_spec/host_api.py); None: host_kernel refuses a body that uses it
+    no_host: str = ""  # why it has no ``host`` (host_kernel's refusal quotes it); set iff None
     version: int = 1  # bump when semantics change: part of the build hash (cache_key)
 
     def cache_key(self) -> tuple:

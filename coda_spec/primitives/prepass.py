@@ -83,4 +83,6 @@ PRIMITIVE = Primitive(
     mutants=lambda op: (op.with_arg("prepass", SIBLING[op.get("prepass")]),),
     supports=_supports,
     lower=_lower,
+    no_host="a per-row statistic used by later items of the same body needs the whole row before "
+    "the first chunk is processed: a second pass over the row",
 )

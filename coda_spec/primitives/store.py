@@ -8,7 +8,7 @@ Tiles write an M x W tensor; column vectors (a gathered target logit) write a le
 """
 
 from coda_spec.errors import ItemError
-from coda_spec.lower.api import Code, Field
+from coda_spec.lower_api import Code, Field
 from coda_spec.primitives.base import (
     DTYPES,
     NAME_RE,

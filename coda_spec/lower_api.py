@@ -1,11 +1,16 @@
 """The lowering API: everything a primitive's ``lower(lc, op)`` may use, and nothing else.
 
-Layer map (imports go one way, checked by ``tests/test_lower_api.py``)
-----------------------------------------------------------------------
-``lower/module.py`` (assembles kernel.py) -> ``lower/emit.py`` (the walk over a kernel's items)
--> ``primitives/*`` (each item's ``lower``) -> ``lower/api.py`` (this module). This module
-imports nothing from ``coda_spec.primitives``, ``lower.emit`` or ``lower.module``, so a primitive
-imports it at module top level, and neither quack, cutlass nor torch: lowering is pure text.
+Why here (``coda_spec/lower_api.py``, not in ``coda_spec.lower``)
+-----------------------------------------------------------------
+Primitives lower against this module, so it sits on the primitives' floor, one layer below
+them, beside :mod:`coda_spec.host_api` (what a primitive's ``host`` may use): the two lowering
+contracts, named after the ``Primitive`` fields they serve (``lower``, ``host``). The
+``coda_spec.lower`` package holds what runs the primitives (``lower/emit.py``, the walk;
+``lower/module.py``, kernel.py; ``lower/host_kernel.py``) and sits above them; this module used
+to be ``lower/api.py``, the one module of that package below the primitives. Imports go one way
+(``pyproject.toml``'s layers, ``tests/test_lower_api.py``): ``lower/module.py`` -> ``lower/emit.py``
+-> ``primitives/*`` -> this module. It imports no primitive, neither the walk nor a compiler
+(quack, cutlass, torch): lowering is pure text.
 
 Contract
 --------
