@@ -40,7 +40,6 @@ EXIT_INVALID_SPEC, EXIT_TOOL_FAILURE, EXIT_NO_GPU (the reference-side checks ran
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from coda_spec.verify_report import Check, Report
@@ -119,26 +118,24 @@ def resized_manifest(chain, checked_case) -> dict:
 
     Every shape of a manifest is an expression over the spec's dims, so re-sizing replaces
     ``dims``. What else can change with the dims is which tile configs a kernel's primitives
-    support (``supports(config, op)`` at the new sizes and GEMM N, as the build asked when it
-    lowered each candidate): a variant a primitive refuses is left out, for its kernel only;
+    support (``supports(config, sizes, op)`` at the new dims and GEMM N, as the build asked when
+    it lowered each candidate): a variant a primitive refuses is left out, for its kernel only;
     the fallback (``variants[0]``) must be supported (else the case is skipped, noted)."""
     from coda_spec.artifact import with_exprs
-    from coda_spec.config import BuildConfig, config_text
+    from coda_spec.config import BuildConfig, KernelSizes, config_text
     from coda_spec.primitives import registry
     from coda_spec.runtime import step_variants
 
     m = with_exprs(chain.manifest)  # a copy (a manifest made in memory may still hold Syms)
     spec = checked_case.spec
     m["dims"] = {d.name: d.size for d in spec.dims}
-    sizes = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
     prims = registry()
     kernels = {s.name: (s, i) for s, i in checked_case.analysis.step_infos() if s.kind == "kernel"}
 
     def refusal(name: str, key: dict) -> str | None:
         step, info = kernels[name]
-        width = info.width if isinstance(info.width, int) else 0
-        cfg = replace(BuildConfig(**key), sizes=sizes, width=width)
-        reasons = (prims[op.prim].supports(cfg, op) for op in step.epilogue)
+        cfg, sizes = BuildConfig(**key), KernelSizes.of(spec, info)
+        reasons = (prims[op.prim].supports(cfg, sizes, op) for op in step.epilogue)
         return next((r for r in reasons if r is not None), None)
 
     def fix(step):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coda_spec.config import KernelSizes
 from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
 from coda_spec.lower_api import Declared, LowerCtx
 
@@ -45,10 +46,11 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
     (the first one: later items depend on it)."""
     mode = {"plain": "plain", "acc_pair": "acc_pair", "packed_pair": "packed_cd_b16x2"}[info.mode]
     tile = (config.tile_m, config.tile_n)
+    sizes = KernelSizes.of(analysis.spec, info)
     lc = LowerCtx(analysis, step, src_lines, mode, info.rows, info.width, info.k, tile, file, prims)
     for idx, op in enumerate(step.epilogue):
         p = prims[op.prim]
-        reason = p.supports(config, op)
+        reason = p.supports(config, sizes, op)
         if reason is None and p.lower is None:
             reason = f"'{op.prim}' has no GEMM-epilogue lowering yet (it runs in host steps)"
         if reason is not None:

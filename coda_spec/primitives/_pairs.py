@@ -116,7 +116,7 @@ def rotate(rt, x, pos, freqs, sign: float):
     return join(rt, a * c - b * s, a * s + b * c)
 
 
-def gated_supports(config, op):
+def gated_supports(config, sizes, op):
     """QuACK's sm90 acc_pair epilogue writes the half-width output with a tile_N / 2 store."""
     if config.tile_n % 32:
         return f"a half-width (gated) output needs tile_N divisible by 32, not {config.tile_n}"

@@ -89,7 +89,8 @@ class Primitive:
     tensors: tuple[str, ...] = ()  # keys naming chain tensors
     results: str = "one"  # "one" | "many" | "none" (store)
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
-    supports: Callable = field(default=lambda config, op: None)  # -> reason string or None
+    # (BuildConfig, config.KernelSizes, Op) -> why the config cannot lower the item, or None
+    supports: Callable = field(default=lambda config, sizes, op: None)
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
     prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower_api.py)
     host: Callable | None = None  # (HostCtx, Op) -> None: emits Triton statements for a

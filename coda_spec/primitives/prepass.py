@@ -59,12 +59,12 @@ def _lower(lc, op):
         lc.bind(name, param, "p" if lc.mode == "acc_pair" else "s")
 
 
-def _supports(config, op):
+def _supports(config, sizes, op):
     group = op.get("group")
-    if group is not None and config.tile_n % config.fold(group):
+    if group is not None and config.tile_n % sizes.fold(group):
         return f"prepass group {group} does not divide tile_N {config.tile_n}"
-    if group is None and config.tile_n < config.width:
-        return f"a whole-row prepass needs the row in one tile (tile_N >= {config.width})"
+    if group is None and config.tile_n < sizes.width:
+        return f"a whole-row prepass needs the row in one tile (tile_N >= {sizes.width})"
     return None
 
 
