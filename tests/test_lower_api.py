@@ -224,3 +224,23 @@ def test_kernel_helpers_are_loaded_only_by_generated_code_and_the_compile_driver
         for lib, who in allowed.items():
             if _module(path) not in who:
                 assert not any(_under(m, lib) for m in mods), (_module(path), lib)
+
+
+def test_triton_dtype_names_live_in_the_dtype_table():
+    """``tl.bfloat16`` and friends are columns of ``coda_spec.dtypes.DTYPES``; no other module
+    of the package spells one as a string (generated text reads them from the table)."""
+    from coda_spec.dtypes import DTYPES
+
+    names = [d.triton for d in DTYPES if d.triton] + [d.triton_ptr for d in DTYPES if d.triton]
+    assert "tl.bfloat16" in names and "*i32" in names
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "dtypes.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        spelled = {
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and id(n) not in docs and n.value in names
+        }
+        assert not spelled, (_module(path), spelled)

@@ -67,6 +67,7 @@ import textwrap
 
 from coda_spec.dims import expr_of
 from coda_spec.dims import fold as fold_dim
+from coda_spec.dtypes import dtype
 from coda_spec.finalize import EMPTY_FOLD, FOLD_OPS, OPS, finalize_op
 from coda_spec.lower.triton_aot import TritonKernel
 
@@ -355,8 +356,9 @@ class _Kernel:
 
     # -- the kernel and its module ----------------------------------------------------------
     def build(self) -> TritonKernel:
-        self.param("partial", "*fp32", {"tensor": self.of}, "")
-        self.param("result", "*fp32", {"tensor": self.result}, "")
+        fp32 = dtype("fp32").triton_ptr
+        self.param("partial", fp32, {"tensor": self.of}, "")
+        self.param("result", fp32, {"tensor": self.result}, "")
         body, out_shape, grid, what = getattr(self, f"_{self.layout()}")()
         self.n_and_eps()
         output = {"tensor": self.result, "dtype": "fp32", "shape": out_shape, "init": "empty"}
