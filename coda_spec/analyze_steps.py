@@ -14,10 +14,18 @@ from __future__ import annotations
 from coda_spec.analyze_types import StepInfo, TensorInfo, TypeCtx, flat, load_hint, shape_expr
 from coda_spec.dims import DimError, fold, show
 from coda_spec.dtypes import DTYPES
-from coda_spec.errors import Diagnostic, closest, did_you_mean
-from coda_spec.finalize import NEEDS_N
-from coda_spec.primitives._reduce import FOLDS
-from coda_spec.primitives.base import INDEX_DTYPES, PAIR, TypeProblem, VType, double, half
+from coda_spec.errors import Diagnostic, ItemError, closest, did_you_mean
+from coda_spec.finalize import NEEDS_EPS, NEEDS_N, finalize_op, ops_folding
+from coda_spec.primitives.base import INDEX_DTYPES, PAIR, VType, double, half
+
+
+def _first_fold(kind: str) -> str:
+    """The finalize a hint suggests for a ``kind`` partial (``sum`` for an unknown kind)."""
+    return (ops_folding(kind) or ("sum",))[0]
+
+
+def _words(names) -> str:
+    return " and ".join(names)
 
 
 class StepWalker:
@@ -90,7 +98,7 @@ class StepWalker:
                 out.append(self.epilogue_step(step, scope, quiet))
         for t in self.produced:
             if t.origin == "partial" and t.name not in self.finalized:
-                op = FOLDS.get(t.partial[1], ("sum",))[0] if t.partial else "sum"
+                op = _first_fold(t.partial[1] if t.partial else "sum")
                 self.err(
                     t.loc.path,
                     f"reduction '{t.name}' is never finalized",
@@ -292,7 +300,7 @@ class StepWalker:
                 path,
                 f"'{raw}' is a reduction partial; only a finalize step can read it",
                 "finalize it in a later step, e.g. - {finalize: "
-                f"{FOLDS.get(scope[raw].partial[1], ('sum',))[0]}, of: {raw}, as: ...}}",
+                f"{_first_fold(scope[raw].partial[1])}, of: {raw}, as: ...}}",
             )
         elif raw in scope:
             self.err(
@@ -340,7 +348,7 @@ class StepWalker:
         elif ok:
             try:
                 results = p.infer(tc, op, ins, tensors)
-            except TypeProblem as e:
+            except ItemError as e:
                 self.err(path + ((e.key,) if e.key else ()), e.message, e.hint)
                 if e.width is not None and e.width == tc.width:
                     self._width_note(e.width)
@@ -493,19 +501,20 @@ class StepWalker:
             return self._failed_finalize(step, scope)
         self.finalized.add(step.of)
         kind, rop, width, group, rows = info.partial
-        if step.op not in FOLDS[rop]:
+        row = finalize_op(step.op)
+        if rop not in row.reads:
             self.err(
                 path + ("finalize",),
                 f"'{step.op}' cannot fold '{rop}' partials",
-                "use " + " or ".join(FOLDS[rop]),
+                "use " + " or ".join(ops_folding(rop)),
             )
-        if step.op == "rsqrt_mean" and step.eps is None:
-            self.err(path, "rsqrt_mean needs eps", "e.g. eps: 1.0e-6")
-        if step.eps is not None and step.op != "rsqrt_mean":
-            self.err(path + ("eps",), f"eps applies to rsqrt_mean only, not '{step.op}'")
+        if row.needs_eps and step.eps is None:
+            self.err(path, f"{step.op} needs eps", "e.g. eps: 1.0e-6")
+        if step.eps is not None and not row.needs_eps:
+            self.err(path + ("eps",), f"eps applies to {_words(NEEDS_EPS)} only, not '{step.op}'")
         if step.n is not None:
-            if step.op not in NEEDS_N:
-                self.err(path + ("n",), "n applies to mean and rsqrt_mean only")
+            if not row.needs_n:
+                self.err(path + ("n",), f"n applies to {_words(NEEDS_N)} only")
             try:
                 fold(step.n, self.sizes)
             except DimError as e:

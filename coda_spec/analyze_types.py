@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coda_spec.dims import DimError, fold
+from coda_spec.errors import ItemError
 from coda_spec.ir import Loc
-from coda_spec.primitives.base import TypeProblem, double, half
+from coda_spec.primitives.base import double, half
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class TypeCtx:
         try:
             return fold(expr, self.sizes)
         except DimError as e:
-            raise TypeProblem(str(e), key, e.hint) from e
+            raise ItemError(str(e), key, e.hint) from e
 
     def width_ok(self, w) -> bool:
         return w in (self.width, half(self.width), double(self.width))

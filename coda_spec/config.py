@@ -14,9 +14,29 @@ wins; b2 ran 1.25-2.45x its GEMM at D = 2048 across eight configs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from coda_spec import dims as dimmod
+
+
+@dataclass(frozen=True)
+class KernelSizes:
+    """The problem sizes a primitive's ``supports(config, sizes, op)`` judges a config at: the
+    spec's static dims and the kernel's GEMM N (0 when it is dynamic). They are the problem's,
+    not the config's: one config is judged at the build's sizes and again at each of verify's
+    re-sized cases, so they travel beside the config, never on it."""
+
+    dims: tuple = ()  # ((dim, size), ...) of the static dims
+    width: int = 0  # the kernel's N
+
+    @classmethod
+    def of(cls, spec, info) -> KernelSizes:
+        """The sizes of kernel ``info`` (its StepInfo) of ``spec`` (an ``ir.Spec``)."""
+        dims = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
+        return cls(dims, info.width if isinstance(info.width, int) else 0)
+
+    def fold(self, expr) -> int:
+        return dimmod.evaluate(expr, dict(self.dims))
 
 
 @dataclass(frozen=True)
@@ -34,16 +54,9 @@ class BuildConfig:
     # stages (docs/benchmarks.md).
     epi_n: int = 0
     c_stages: int = 0
-    sizes: tuple = field(default=(), compare=False)  # ((dim, size), ...) for supports() checks
-    width: int = 0  # the kernel's N, set per kernel for supports() checks
-
-    def fold(self, expr) -> int:
-        return dimmod.evaluate(expr, dict(self.sizes))
 
     def key(self) -> dict:
         d = asdict(self)
-        d.pop("sizes")
-        d.pop("width")
         for knob in EPILOGUE_KNOBS:  # QuACK's choice is left out: older builds keep their hash
             if not d[knob]:
                 d.pop(knob)

@@ -1,10 +1,12 @@
-"""The one dtype table: every spec dtype name, its element size and its torch dtype's name.
+"""The one dtype table: every spec dtype name, its element size, its torch and Triton names.
 
 Contract
 --------
 ``DTYPES`` holds the torch-free facts; the checker (the 16-byte TMA row rule), the compile worker
 (fake operands), the reference, the runtime and the roofline model read them here and nowhere
-else. Torch dtypes are given lazily: ``torch_dtype(name)`` imports torch on its first call, and
+else; the Triton names (``tl.bfloat16`` for a cast or a store, ``*bf16`` for a kernel
+signature's pointer) are what the host and finalize kernels' text writes. Torch dtypes are given
+lazily: ``torch_dtype(name)`` imports torch on its first call, and
 ``TORCH_DTYPES`` (name -> torch dtype, the name the runtime and the reference import) is built
 when it is first looked up, through the module's ``__getattr__``. So importing this module never
 imports torch: ``coda check`` stays torch-free (tests/test_robustness.py's
@@ -28,14 +30,16 @@ class DType:
     bytes: int  # element size
     torch_name: str  # the attribute of the ``torch`` module
     kind: str  # float | index | fp8
+    triton: str = ""  # the triton.language dtype in generated text ("": no Triton kernel takes it)
+    triton_ptr: str = ""  # a pointer to it in a Triton kernel signature
 
 
 DTYPES = (
-    DType("bf16", 2, "bfloat16", "float"),
-    DType("fp16", 2, "float16", "float"),
-    DType("fp32", 4, "float32", "float"),
-    DType("int32", 4, "int32", "index"),
-    DType("int64", 8, "int64", "index"),
+    DType("bf16", 2, "bfloat16", "float", "tl.bfloat16", "*bf16"),
+    DType("fp16", 2, "float16", "float", "tl.float16", "*fp16"),
+    DType("fp32", 4, "float32", "float", "tl.float32", "*fp32"),
+    DType("int32", 4, "int32", "index", "tl.int32", "*i32"),
+    DType("int64", 8, "int64", "index", "tl.int64", "*i64"),
     DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8"),
     DType("fp8_e5m2", 1, "float8_e5m2", "fp8"),
 )

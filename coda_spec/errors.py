@@ -115,6 +115,21 @@ class SpecError(Exception):
         super().__init__(f"{len(errors)} error(s); first: {first}")
 
 
+class ItemError(Exception):
+    """One spec item cannot be typed or lowered: raised by a primitive's ``infer``, ``lower``
+    or ``host`` (and the contexts they use); the stage that called it adds the location and
+    reports a :class:`Diagnostic`. ``key`` names the item's field at fault (for the caret);
+    ``width`` is the tile width at fault when the problem is that width (analyze traces it to a
+    declared shape and adds a note there). One class for the three uses: typing, the CuTe
+    lowering and the host (Triton) lowering ask the same of a refusal."""
+
+    def __init__(
+        self, message: str, key: str | None = None, hint: str = "", width: int | None = None
+    ):
+        super().__init__(message)
+        self.message, self.key, self.hint, self.width = message, key, hint, width
+
+
 class ToolError(Exception):
     """coda itself (or something it drives) failed; the spec may be fine. Exit code 1."""
 

@@ -129,11 +129,11 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
 
 
 def _host_partials(info, analysis) -> dict:
-    """partial -> its fold (the first a finalize may use; ``primitives/_reduce.FOLDS``)."""
-    from coda_spec.primitives._reduce import FOLDS
+    """partial -> its fold (``finalize.partial_fold``: how a finalize combines it)."""
+    from coda_spec.finalize import partial_fold
 
     return {
-        t: FOLDS[analysis.tensor(t).partial[1]][0]
+        t: partial_fold(analysis.tensor(t).partial[1])
         for t in info.writes
         if analysis.tensor(t).origin == "partial"
     }

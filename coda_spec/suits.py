@@ -10,18 +10,15 @@ refused there). Both ask :func:`kernel_refusal`.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from coda_spec import primitives
-from coda_spec.config import BuildConfig
+from coda_spec.config import BuildConfig, KernelSizes
 
 
-def kernel_refusal(prims, step, config: BuildConfig, sizes: dict, width: int):
+def kernel_refusal(prims, step, config: BuildConfig, sizes: KernelSizes):
     """(epilogue item, reason) of the first item of kernel ``step`` whose primitive refuses
-    ``config`` at ``sizes`` (static dims) and GEMM N ``width``; None when all support it."""
-    cfg = replace(config, sizes=tuple(sizes.items()), width=width)
+    ``config`` at ``sizes`` (the static dims and the GEMM N); None when all support it."""
     for op in step.epilogue:
-        reason = prims[op.prim].supports(cfg, op)
+        reason = prims[op.prim].supports(config, sizes, op)
         if reason is not None:
             return op, reason
     return None
@@ -31,13 +28,11 @@ def refusal(checked):
     """``refusal(step name, config key) -> reason or None`` for the kernels of ``checked`` (a
     checked spec at the dims to run at): what ``resized_manifest`` takes."""
     prims = primitives.registry()
-    sizes = {d.name: d.size for d in checked.spec.dims if d.size is not None}
     kernels = {s.name: (s, i) for s, i in checked.analysis.step_infos() if s.kind == "kernel"}
 
     def why(name: str, key) -> str | None:
         step, info = kernels[name]
-        width = info.width if isinstance(info.width, int) else 0
-        got = kernel_refusal(prims, step, BuildConfig(**key), sizes, width)
+        got = kernel_refusal(prims, step, BuildConfig(**key), KernelSizes.of(checked.spec, info))
         return None if got is None else got[1]
 
     return why

@@ -1,6 +1,8 @@
-"""The lowering API's layering (``coda_spec/lower/api.py``) and its resource methods.
+"""The lowering APIs' layering (``coda_spec/lower_api.py``, ``coda_spec/host_api.py``) and
+their resource methods.
 
-Import contract (one way): ``lower.module`` / ``lower.emit`` -> ``primitives`` -> ``lower.api``.
+Import contract (one way): ``lower.module`` / ``lower.emit`` / ``lower.host_kernel`` ->
+``primitives`` -> ``lower_api`` | ``host_api``.
 Checked over every ``import`` statement, function-level ones included (a function-level import
 hides a cycle from a module-level check, which is how the old ``primitives -> lower.emit``
 imports went unnoticed). The project-wide contract is import-linter's, in pyproject.toml
@@ -15,10 +17,11 @@ import subprocess
 
 import pytest
 
+from coda_spec import lower_api as api
 from coda_spec.config import BuildConfig
-from coda_spec.errors import SpecError
+from coda_spec.errors import ItemError, SpecError
 from coda_spec.frontend import check_source
-from coda_spec.lower import api
+from coda_spec.lower.host_kernel import HostKernelError, host_kernel
 from coda_spec.lower.module import lower_spec
 from coda_spec.primitives import registry
 from coda_spec.source import parse_text
@@ -47,24 +50,45 @@ def _under(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
-def test_primitives_import_the_api_never_the_walk():
+def test_primitives_import_the_apis_never_the_walk():
     for path in sorted((PKG / "primitives").glob("*.py")):
-        bad = {m for m in _imports(path) if _under(m, "coda_spec.lower") and m != "coda_spec.lower"}
-        bad -= {"coda_spec.lower.api"} | {f"coda_spec.lower.api.{n}" for n in dir(api)}
-        assert not bad, f"{_module(path)} imports {sorted(bad)}: primitives lower through api"
+        bad = {m for m in _imports(path) if _under(m, "coda_spec.lower")}
+        assert not bad, f"{_module(path)} imports {sorted(bad)}: primitives lower through the APIs"
 
 
-def test_api_imports_neither_primitives_nor_the_walk_nor_a_compiler():
-    mods = _imports(PKG / "lower" / "api.py")
+@pytest.mark.parametrize("api_file", ["lower_api.py", "host_api.py"])
+def test_the_apis_import_neither_primitives_nor_the_walk_nor_a_compiler(api_file):
+    mods = _imports(PKG / api_file)
     for forbidden in (
         "coda_spec.primitives",
-        "coda_spec.lower.emit",
-        "coda_spec.lower.module",
+        "coda_spec.lower",
         "quack",
         "cutlass",
+        "triton",
         "torch",
     ):
         assert not any(_under(m, forbidden) for m in mods), (forbidden, mods)
+
+
+def test_every_primitive_without_a_host_lowering_says_why():
+    for name, p in registry().items():
+        if p.host is None:
+            assert len(p.no_host) > 20, f"primitive '{name}' has no host and no no_host reason"
+        else:
+            assert not p.no_host, f"primitive '{name}' has a host lowering and a no_host reason"
+
+
+def test_a_host_refusal_quotes_the_primitives_reason():
+    text = SHADOW.replace(
+        "steps:\n",
+        "steps:\n  - host: h\n    over: x\n    body:\n"
+        "      - {load_tile: x}\n      - {reduce_col: sum, of: x, as: cs}\n"
+        "  - {finalize: sum, of: cs, as: c}\n",
+    ).replace("outputs: {y: bf16}", "outputs: {y: bf16, c: fp32}")
+    checked = check_source(parse_text("x.yaml", text))
+    with pytest.raises(HostKernelError) as info:
+        host_kernel(checked, "h")
+    assert registry()["reduce_col"].no_host in str(info.value)
 
 
 def test_emit_reaches_primitives_only_through_the_registry_it_is_given():
@@ -91,19 +115,24 @@ def test_import_contract_holds():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_import_contract_fails_on_a_hidden_upward_import(tmp_path):
-    """A function-level import from the artifact format (deploy side) into the lowering breaks
-    the contract: the check is not vacuous."""
+@pytest.mark.parametrize(
+    "module, probe",
+    [
+        ("artifact", "from coda_spec.lower import module"),  # the deploy side into the lowering
+        ("host_api", "from coda_spec.primitives import registry"),  # an API up to the primitives
+    ],
+)
+def test_import_contract_fails_on_a_hidden_upward_import(tmp_path, module, probe):
+    """A function-level import from a lower layer into a higher one breaks the contract: the
+    check is not vacuous."""
     copy = tmp_path / "repo"
     shutil.copytree(PKG, copy / "coda_spec", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    artifact = copy / "coda_spec" / "artifact.py"
-    artifact.write_text(
-        artifact.read_text() + "\n\ndef _probe():\n    from coda_spec.lower import module\n"
-    )
+    path = copy / "coda_spec" / f"{module}.py"
+    path.write_text(path.read_text() + f"\n\ndef _probe():\n    {probe}\n")
     res = _lint_imports(copy)
     assert res.returncode != 0
-    assert "coda_spec.artifact" in res.stdout and "BROKEN" in res.stdout
+    assert f"coda_spec.{module}" in res.stdout and "BROKEN" in res.stdout
 
 
 def test_prepass_capable_primitives_are_declared():
@@ -147,7 +176,7 @@ def test_use_refuses_a_name_kernel_py_cannot_import():
     step = checked.spec.steps[0]
     lc = api.LowerCtx(checked.analysis, step, [], "plain", "M", 512, 256, (128, 256), "x", {})
     assert lc.use("cute.math.exp") == "cute.math.exp"
-    with pytest.raises(api.LowerError, match="not importable"):
+    with pytest.raises(ItemError, match="not importable"):
         lc.use("_sincos_turns")
     assert lc.declared().imports == {"cute"}
 
@@ -195,3 +224,23 @@ def test_kernel_helpers_are_loaded_only_by_generated_code_and_the_compile_driver
         for lib, who in allowed.items():
             if _module(path) not in who:
                 assert not any(_under(m, lib) for m in mods), (_module(path), lib)
+
+
+def test_triton_dtype_names_live_in_the_dtype_table():
+    """``tl.bfloat16`` and friends are columns of ``coda_spec.dtypes.DTYPES``; no other module
+    of the package spells one as a string (generated text reads them from the table)."""
+    from coda_spec.dtypes import DTYPES
+
+    names = [d.triton for d in DTYPES if d.triton] + [d.triton_ptr for d in DTYPES if d.triton]
+    assert "tl.bfloat16" in names and "*i32" in names
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "dtypes.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        spelled = {
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and id(n) not in docs and n.value in names
+        }
+        assert not spelled, (_module(path), spelled)

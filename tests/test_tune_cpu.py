@@ -784,8 +784,8 @@ def test_resized_manifest_drops_what_a_primitive_refuses(tmp_path, monkeypatch):
     real = primitives.registry()
     seen = []
 
-    def refuse_c1(config, op):  # C1 "is not supported" at these dims
-        seen.append(dict(config.sizes))
+    def refuse_c1(config, sizes, op):  # C1 "is not supported" at these dims
+        seen.append(dict(sizes.dims))
         return "no cluster 1x1 here" if config.cluster_m == 1 else None
 
     store = replace(real["store"], supports=refuse_c1)

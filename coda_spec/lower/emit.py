@@ -2,20 +2,22 @@
 
 The walk: for each item of a kernel's epilogue, ask its primitive whether the config supports it,
 write the item's spec line as a comment, and call its ``lower(lc, op)`` with one
-:class:`~coda_spec.lower.api.LowerCtx` per kernel. Then read what the items declared (a frozen
-:class:`~coda_spec.lower.api.Declared`) and assemble the kernel: the decorator (``ops=``,
+:class:`~coda_spec.lower_api.LowerCtx` per kernel. Then read what the items declared (a frozen
+:class:`~coda_spec.lower_api.Declared`) and assemble the kernel: the decorator (``ops=``,
 ``outputs=``, ``reduces=``, ``outs=``, ``extra_ops=``, ``prepass=``, ``mode=``), the prepass fn
 when a statistic needs one, and the return dict. The QuACK contract and the API primitives lower
-against live in ``lower/api.py``; this module imports it and the primitives' registry is passed
-in, so the import graph stays one-way (module -> emit -> primitives -> api).
+against live in ``coda_spec/lower_api.py``; this module imports it and the primitives' registry
+is passed in, so the import graph stays one-way (module -> emit -> primitives -> lower_api).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coda_spec.errors import Diagnostic, SpecError, format_path
-from coda_spec.lower.api import Declared, LowerCtx, LowerError
+from coda_spec.config import KernelSizes
+from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
+from coda_spec.lower_api import Declared, LowerCtx
+from coda_spec.suits import kernel_refusal
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class LoweredKernel:
     params: tuple  # fn parameter names after acc
     body: tuple  # source lines (already indented by 4)
     line: int
-    imports: tuple = ()  # names kernel.py imports for this kernel (lower/api.KERNEL_IMPORTS)
+    imports: tuple = ()  # names kernel.py imports for this kernel (lower_api.KERNEL_IMPORTS)
 
 
 def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> LoweredKernel:
@@ -45,10 +47,11 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
     (the first one: later items depend on it)."""
     mode = {"plain": "plain", "acc_pair": "acc_pair", "packed_pair": "packed_cd_b16x2"}[info.mode]
     tile = (config.tile_m, config.tile_n)
+    refused = kernel_refusal(prims, step, config, KernelSizes.of(analysis.spec, info))
     lc = LowerCtx(analysis, step, src_lines, mode, info.rows, info.width, info.k, tile, file, prims)
     for idx, op in enumerate(step.epilogue):
         p = prims[op.prim]
-        reason = p.supports(config, op)
+        reason = refused[1] if refused is not None and refused[0] is op else None
         if reason is None and p.lower is None:
             reason = f"'{op.prim}' has no GEMM-epilogue lowering yet (it runs in host steps)"
         if reason is not None:
@@ -56,7 +59,7 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
         lc.comment(op)
         try:
             p.lower(lc, op)
-        except LowerError as e:
+        except ItemError as e:
             raise SpecError(
                 [_diag(file, op, f"cannot lower '{op.prim}': {e.message}", e.hint)]
             ) from None

@@ -2,15 +2,16 @@
 
 Layer map
 ---------
-* ``coda_spec/finalize.py`` defines what a finalize computes (the op table, ``mean_of``,
-  ``EMPTY_FOLD``); the tests' torch emulation (``tests/emulate.fold_partials``) states the same
-  semantics in torch and is the oracle of this module's tests.
+* ``coda_spec/finalize.py`` defines what a finalize computes (``TABLE``: each op's fold, its
+  value over nothing, ``n`` and ``eps``, its Triton text, which this module inserts); the tests'
+  torch emulation (``tests/emulate.fold_partials``) states the same semantics in torch and is
+  the oracle of this module's tests.
 * This module turns a manifest finalize step, plus the field of the kernel step that wrote its
   partial buffer, into a :class:`~coda_spec.lower.triton_aot.TritonKernel`: a complete,
   readable Triton module (one ``@triton.jit`` entry) and how the runtime binds and launches it.
   Pure text: it imports neither triton nor torch.
 * ``coda_spec/lower/triton_aot.py`` compiles it to an sm_90a cubin at build time;
-  ``coda_spec/launch.py`` launches the cubin at run time.
+  ``coda_spec/runtime/cubin.py`` launches the cubin at run time.
 
 Contract
 --------
@@ -32,12 +33,12 @@ role            partial buffer          result (fp32)        one program per
 
 The tile count is a launch-time ``extent`` argument (it follows the variant that wrote the
 buffer; a GEMM that did not launch at M = 0 leaves an empty tile axis), so any count folds,
-0 included. Folds (``sum``, ``max``, ``logsumexp``) then the op (``sum``/``max``/``logsumexp``:
-the fold itself; ``mean``: ``/ n``; ``rsqrt_mean``: ``1 / sqrt(mean + eps)``), exactly as the
-runtime does in torch:
+0 included. Folds (the op's ``fold``: ``sum``, ``max``, ``logsumexp``) then the op (its
+``triton`` text, on the mean ``total / n`` when it ``needs_n``), exactly as the reference does
+in torch:
 
-* a fold over nothing is ``EMPTY_FOLD``: sum 0, max -inf, logsumexp -inf; a mean with ``n = 0``
-  is 0 (``finalize.mean_of``), so rsqrt_mean is ``rsqrt(eps)``;
+* a fold over nothing is the op's ``empty`` (``EMPTY_FOLD``): sum 0, max -inf, logsumexp -inf;
+  a mean with ``n = 0`` is 0 (``finalize.mean_of``), so rsqrt_mean is ``rsqrt(eps)``;
 * ``logsumexp`` is max-shifted, online over the tile chunks, and shifts by 0 where the running
   max is infinite (torch's rule): all -inf gives -inf, a +inf gives +inf, never NaN from infs;
 * NaN propagates through every fold (``max`` too, as ``torch.amax`` does), so a verifier's NaN
@@ -63,18 +64,15 @@ from __future__ import annotations
 
 import re
 import textwrap
-from types import MappingProxyType
 
 from coda_spec.dims import expr_of
 from coda_spec.dims import fold as fold_dim
-from coda_spec.finalize import NEEDS_N, OPS
+from coda_spec.dtypes import dtype
+from coda_spec.finalize import EMPTY_FOLD, FOLD_OPS, OPS, finalize_op
 from coda_spec.lower.triton_aot import TritonKernel
 
 ROLES = ("colred", "rowred", "group_out", "exact")
 FOLDED_ROLES = ("colred", "rowred")  # per-tile partials; group_out and exact are complete
-FOLD_OPS = MappingProxyType(  # partial fold -> the finalize ops that may read it (as analysis)
-    {"sum": ("sum", "mean", "rsqrt_mean"), "max": ("max",), "logsumexp": ("logsumexp",)}
-)
 TAKEN = ("triton", "tl", "_max_nan")  # names the generated module defines
 BLOCK_ELEMS = 2048  # elements per program per loop iteration (16 fp32 a thread at 4 warps)
 MAX_BLOCK_ROWS = 1024
@@ -111,14 +109,15 @@ def finalize_kernel(
         raise ValueError(f"finalize step '{name}': unknown partial fold {fold!r}")
     if fold in FOLD_OPS and op not in FOLD_OPS[fold]:
         raise ValueError(f"finalize step '{name}': '{op}' cannot fold {fold} partials")
-    if op == "rsqrt_mean" and step.get("eps") is None:
-        raise ValueError(f"finalize step '{name}': rsqrt_mean needs eps")
+    row = finalize_op(op)
+    if row.needs_eps and step.get("eps") is None:
+        raise ValueError(f"finalize step '{name}': {op} needs eps")
     shape = list(partial_shape)
     if role != "exact" and len(shape) != 2:
         raise ValueError(f"finalize step '{name}': a {role} partial is 2-D, not {shape}")
     if not 1 <= len(shape) <= 2:
         raise ValueError(f"finalize step '{name}': a partial is 1-D or 2-D, not {shape}")
-    n = _n(step, dims) if op in NEEDS_N else None
+    n = _n(step, dims) if row.needs_n else None
     k = _Kernel(step, role, fold, shape, n, spec_file, step.get("line") if line is None else line)
     return k.build()
 
@@ -141,6 +140,11 @@ def _identifier(name: str) -> str:
     return ident + "_" if ident in TAKEN else ident
 
 
+def _literal(value: float) -> str:
+    """A float as Triton source text (``float("-inf")`` for an infinity)."""
+    return repr(value) if abs(value) != float("inf") else f'float("{value}")'
+
+
 def _pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
@@ -155,6 +159,7 @@ class _Kernel:
 
     def __init__(self, step, role, fold, shape, n, spec_file, line):
         self.step, self.role, self.fold, self.shape, self.n = step, role, fold, shape, n
+        self.row = finalize_op(step["op"])
         self.of, self.result = step["of"], step["result"]
         self.where = f"{spec_file}:{line}"
         self.params: list[tuple[str, str, dict, str]] = []  # (param, type, arg, comment)
@@ -177,22 +182,23 @@ class _Kernel:
         self.param(name, "i32", {"extent": [self.of, axis]}, what)
 
     def n_and_eps(self) -> None:
-        op, n = self.step["op"], self.n
-        if op in NEEDS_N:
+        n = self.n
+        if self.row.needs_n:
             text = self.step["n"]
             if isinstance(n, int):
                 self.const("N", n, "n of the mean" + (f": {text} = {n}" if text != n else ""))
             else:
                 self.param("n", "i32", {"dim": n}, f"n of the mean: {n} at the call")
-        if op == "rsqrt_mean":
+        if self.row.needs_eps:
             self.const("EPS", float(self.step["eps"]))
 
     # -- code -------------------------------------------------------------------------------
     def op_lines(self, total: str) -> tuple[list[str], str]:
-        """The step's op on the folded ``total`` (runtime ``_finalize``): (lines, value)."""
-        op = self.step["op"]
-        if op in ("sum", "max", "logsumexp"):
-            return [], total
+        """The step's op (its table row's Triton text) on the folded ``total``: (lines, value)."""
+        row = self.row
+        if not row.needs_n:
+            y = row.triton.format(x=total, eps="EPS")
+            return ([], total) if y == total else ([f"y = {y}"], "y")
         if not isinstance(self.n, int):
             lines = [
                 "# a mean over nothing (n = 0: M = 0 rows) is 0, not 0/0 (finalize.mean_of)",
@@ -202,14 +208,13 @@ class _Kernel:
             lines = [f"mean = {total} / N"]
         else:
             lines = ["# n = 0: a mean over nothing is 0", f"mean = tl.zeros_like({total})"]
-        if op == "mean":
-            return lines, "mean"
-        return lines + ["y = 1.0 / tl.sqrt_rn(mean + EPS)"], "y"
+        y = row.triton.format(x="mean", eps="EPS")
+        return (lines, "mean") if y == "mean" else (lines + [f"y = {y}"], "y")
 
     def fold_lines(self, axis: int, width: str, load: list[str]) -> tuple[list[str], str]:
         """The loop folding the tile axis (``axis`` of each block ``x`` that ``load`` reads;
         ``{other}`` in it is the fold's identity): (lines, the folded value)."""
-        other = "0.0" if self.fold == "sum" else 'float("-inf")'
+        other = _literal(EMPTY_FOLD[self.fold])
         loop = ["for t0 in range(0, tiles, BLOCK_T):"]
         loop += ["    " + ln.format(other=other) for ln in load]
         if self.fold == "sum":
@@ -217,14 +222,14 @@ class _Kernel:
             loop.append(f"    acc += tl.sum(x, axis={axis})")
             return init + loop, "acc"
         if self.fold == "max":
-            init = [f'acc = tl.full([{width}], float("-inf"), tl.float32)  # max over no tiles']
+            init = [f"acc = tl.full([{width}], {other}, tl.float32)  # max over no tiles"]
             loop.append(f"    acc = _max_nan(acc, tl.reduce(x, {axis}, _max_nan))")
             return init + loop, "acc"
         keep = "[:, None]" if axis == 1 else "[None, :]"
         init = [
             "# online logsumexp: m the running max, s = sum exp(x - shift); an infinite max",
             "# shifts by 0 (torch's rule): all -inf (or no tiles) gives log(0) = -inf, not NaN",
-            f'm = tl.full([{width}], float("-inf"), tl.float32)',
+            f"m = tl.full([{width}], {other}, tl.float32)",
             f"s = tl.zeros([{width}], dtype=tl.float32)",
         ]
         loop += [
@@ -351,8 +356,9 @@ class _Kernel:
 
     # -- the kernel and its module ----------------------------------------------------------
     def build(self) -> TritonKernel:
-        self.param("partial", "*fp32", {"tensor": self.of}, "")
-        self.param("result", "*fp32", {"tensor": self.result}, "")
+        fp32 = dtype("fp32").triton_ptr
+        self.param("partial", fp32, {"tensor": self.of}, "")
+        self.param("result", fp32, {"tensor": self.result}, "")
         body, out_shape, grid, what = getattr(self, f"_{self.layout()}")()
         self.n_and_eps()
         output = {"tensor": self.result, "dtype": "fp32", "shape": out_shape, "init": "empty"}
@@ -373,9 +379,9 @@ class _Kernel:
         """The step as the spec writes it (flow style)."""
         s = self.step
         parts = [f"finalize: {s['op']}", f"of: {s['of']}"]
-        if s["op"] in NEEDS_N and s.get("n") is not None:
+        if self.row.needs_n and s.get("n") is not None:
             parts.append(f"n: {s['n']}")
-        if s["op"] == "rsqrt_mean":
+        if self.row.needs_eps:
             parts.append(f"eps: {s['eps']}")
         parts.append(f"as: {s['result']}")
         return "{" + ", ".join(parts) + "}"

@@ -6,7 +6,7 @@ statement under a comment naming the spec line it came from, so a compiler error
 points back into the YAML. The banner names the spec and its hash only: the tool versions are in
 the build hash and the manifest (``coda_spec.versions``), so the text (and the golden files) does
 not change with installed versions. The import block holds exactly the names the kernels declared
-while lowering (``LowerCtx.use``), grouped by module as ``lower/api.KERNEL_IMPORTS`` lists them:
+while lowering (``LowerCtx.use``), grouped by module as ``lower_api.KERNEL_IMPORTS`` lists them:
 QuACK's public API, coda's kernel helpers (``lower/kernel_lib.py``), coda's QuACK ops
 (``lower/quack_ops``) and the adapter of QuACK's private names (``lower/quack_private.py``).
 A spec without GEMM kernels (host steps only) gets no kernel.py: its source is empty.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coda_spec.errors import SpecError
-from coda_spec.lower.api import KERNEL_IMPORTS, MODULE_IMPORTS
 from coda_spec.lower.emit import lower_kernel
+from coda_spec.lower_api import KERNEL_IMPORTS, MODULE_IMPORTS
 from coda_spec.primitives import registry
 
 
@@ -35,17 +35,13 @@ def kernel_steps(analysis):
 
 def lower_spec(checked, config) -> LoweredModule:
     """Lower every kernel of a checked spec. Raises SpecError listing every unsupported item."""
-    from dataclasses import replace
-
     spec, analysis = checked.spec, checked.analysis
     prims = registry()
     kernels, problems = [], []
-    sizes = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
     for step, info in kernel_steps(analysis):
-        cfg = replace(config, sizes=sizes, width=info.width if isinstance(info.width, int) else 0)
         try:
             kernels.append(
-                lower_kernel(analysis, step, info, checked.source.lines, spec.file, cfg, prims)
+                lower_kernel(analysis, step, info, checked.source.lines, spec.file, config, prims)
             )
         except SpecError as e:
             problems.extend(e.diagnostics)
@@ -75,8 +71,6 @@ def lower_variants(checked, configs) -> tuple[LoweredModule, dict, list]:
     is dropped for that kernel only. The generated epilogue does not depend on the tile config
     (only partial-buffer shapes do), so every variant compiles the same function of kernel.py;
     a candidate that would lower to different code is dropped too, with that reason."""
-    from dataclasses import replace
-
     from coda_spec.config import config_tag
 
     first = lower_spec(checked, configs[0])
@@ -85,13 +79,12 @@ def lower_variants(checked, configs) -> tuple[LoweredModule, dict, list]:
     dropped = []
     spec, analysis = checked.spec, checked.analysis
     prims = registry()
-    sizes = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
     for config in configs[1:]:
         for step, info in kernel_steps(analysis):
-            width = info.width if isinstance(info.width, int) else 0
-            cfg = replace(config, sizes=sizes, width=width)
             try:
-                k = lower_kernel(analysis, step, info, checked.source.lines, spec.file, cfg, prims)
+                k = lower_kernel(
+                    analysis, step, info, checked.source.lines, spec.file, config, prims
+                )
             except SpecError as e:
                 why = e.diagnostics[0].message if e.diagnostics else str(e)
                 dropped.append((step.name, config, why))

@@ -9,8 +9,8 @@ Layer map
   ``GPUTarget("cuda", 90, 32)`` -- no GPU is needed, as for the GEMMs -- and writes the source
   and the cubin into the build directory. What it returns is the manifest entry of the step's
   ``launch``.
-* ``coda_spec/launch.py`` (runtime side) loads the cubin through the CUDA driver and launches
-  it. Deployment needs neither Triton nor a compiler, only the driver.
+* ``coda_spec/runtime/cubin.py`` (runtime side) loads the cubin through the CUDA driver and
+  launches it. Deployment needs neither Triton nor a compiler, only the driver.
 
 Contract of a compiled kernel (the manifest's ``launch`` entry)
 ---------------------------------------------------------------

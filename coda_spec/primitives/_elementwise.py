@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coda_spec.errors import ItemError
 from coda_spec.primitives._lowering import binary_lower, unary_lower
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     OPERAND,
     VALUE_REF,
     Primitive,
-    TypeProblem,
     broadcast,
     item_schema,
 )
@@ -98,7 +98,7 @@ def _binary_infer(name):
     def infer(tc, op, ins, tensors):
         a, b = ins[name]
         if a.kind == "scalar" and b.kind == "scalar" and tc.both_literals(op):
-            raise TypeProblem(f"'{name}' of two numbers; write the result as a literal", name)
+            raise ItemError(f"'{name}' of two numbers; write the result as a literal", name)
         return (broadcast([a, b], f"'{name}'"),)
 
     return infer

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-from coda_spec.primitives.base import INDEX_DTYPES, TypeProblem
+from coda_spec.errors import ItemError
+from coda_spec.primitives.base import INDEX_DTYPES
 
 
 def need_rank(info, rank: int, what: str, key: str):
     if len(info.shape) != rank:
         shape = "[" + ", ".join(str(d) for d in info.shape) + "]"
-        raise TypeProblem(
-            f"{what} needs a rank-{rank} tensor; '{info.name}' has shape {shape}", key
-        )
+        raise ItemError(f"{what} needs a rank-{rank} tensor; '{info.name}' has shape {shape}", key)
 
 
 def need_rows(tc, info, what: str, key: str):
     if info.shape[0] != tc.rows:
-        raise TypeProblem(
+        raise ItemError(
             f"{what}: '{info.name}' has {info.shape[0]} rows but the tile has {tc.rows}", key
         )
 
 
 def need_index(info, what: str, key: str):
     if info.dtype not in INDEX_DTYPES:
-        raise TypeProblem(
+        raise ItemError(
             f"{what} needs an integer index tensor; '{info.name}' is {info.dtype}",
             key,
             "declare it with dtype: int32 and a range",

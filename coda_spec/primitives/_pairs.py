@@ -10,7 +10,8 @@ For RoPE the pair (a, b) = (x[2i], x[2i+1]) rotates by theta = pos * freq[i]:
 
 from __future__ import annotations
 
-from coda_spec.primitives.base import TypeProblem, VType, double, half, need_even, need_tile
+from coda_spec.errors import ItemError
+from coda_spec.primitives.base import VType, double, half, need_even, need_tile
 
 
 def split(x):
@@ -66,7 +67,7 @@ def dgated_infer(name):
         dy = need_tile(ins[name], name, name)
         z = need_tile(ins["z"], name, "z")
         if z.width != double(dy.width):
-            raise TypeProblem(
+            raise ItemError(
                 f"{name}: z must be {double(dy.width)} wide (twice the incoming gradient's "
                 f"{dy.width}); got {z.width}",
                 "z",
@@ -93,12 +94,12 @@ def rope_infer(name):
         x = need_tile(ins[name], name, name)
         w = need_even(x, name, name)
         if ins["pos"].kind != "col":
-            raise TypeProblem(
+            raise ItemError(
                 f"{name}: pos must be a per-row value (load_col), got {ins['pos'].show()}", "pos"
             )
         f = ins["freqs"]
         if f.kind != "row" or f.width != half(w):
-            raise TypeProblem(
+            raise ItemError(
                 f"{name}: freqs must be a per-column value of width {half(w)} "
                 f"(one frequency per pair), got {f.show()}",
                 "freqs",
@@ -115,7 +116,7 @@ def rotate(rt, x, pos, freqs, sign: float):
     return join(rt, a * c - b * s, a * s + b * c)
 
 
-def gated_supports(config, op):
+def gated_supports(config, sizes, op):
     """QuACK's sm90 acc_pair epilogue writes the half-width output with a tile_N / 2 store."""
     if config.tile_n % 32:
         return f"a half-width (gated) output needs tile_N divisible by 32, not {config.tile_n}"

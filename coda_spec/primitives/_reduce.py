@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from coda_spec.lower.api import Field
-from coda_spec.primitives.base import TypeProblem, need_tile
+from types import MappingProxyType
 
-# op -> how finalize may fold its partials
-FOLDS = {
-    "sum": ("sum", "mean", "rsqrt_mean"),
-    "sumsq": ("sum", "mean", "rsqrt_mean"),
-    "dot": ("sum", "mean", "rsqrt_mean"),
-    "max": ("max",),
-    "absmax": ("max",),
-    "logsumexp": ("logsumexp",),
-}
+from coda_spec.errors import ItemError
+from coda_spec.finalize import EMPTY_FOLD, REDUCTIONS, partial_fold
+from coda_spec.lower_api import Field
+from coda_spec.primitives.base import need_tile
+
 SIBLING = {
     "sum": "sumsq",
     "sumsq": "sum",
@@ -39,30 +34,24 @@ def operand_tiles(name, op, ins):
     kind = op.get(name)
     if kind == "dot":
         if not isinstance(of, list):
-            raise TypeProblem(f"{name}: dot needs two values, of: [a, b]", "of")
+            raise ItemError(f"{name}: dot needs two values, of: [a, b]", "of")
         a = need_tile(of[0], f"{name} dot", "of")
         b = need_tile(of[1], f"{name} dot", "of")
         if a.width != b.width:
-            raise TypeProblem(f"{name} dot: widths differ ({a.width} vs {b.width})", "of")
+            raise ItemError(f"{name} dot: widths differ ({a.width} vs {b.width})", "of")
         return a
     if isinstance(of, list):
-        raise TypeProblem(f"{name}: '{kind}' reads one value; only dot takes two", "of")
+        raise ItemError(f"{name}: '{kind}' reads one value; only dot takes two", "of")
     return need_tile(of, name, "of")
 
 
 # What a reduction over NOTHING (an empty axis: M = 0 rows) is, the rule the runtime documents:
-# sums (and means: no NaN from 0/0) are 0, max / absmax / logsumexp are -inf (torch's logsumexp
-# gives -inf too; its amax refuses an empty axis, -inf is max's identity).
-EMPTY_VALUE = {
-    "sum": 0.0,
-    "sumsq": 0.0,
-    "dot": 0.0,
-    "mean": 0.0,
-    "meansq": 0.0,
-    "max": float("-inf"),
-    "absmax": float("-inf"),
-    "logsumexp": float("-inf"),
-}
+# the value over nothing of the finalize fold that reads it (``finalize.TABLE``: sums 0, max /
+# absmax / logsumexp -inf; torch's logsumexp gives -inf too, its amax refuses an empty axis);
+# prepass means (no finalize reads them) are 0 as a finalize mean is: no NaN from 0/0.
+EMPTY_VALUE = MappingProxyType(
+    {kind: EMPTY_FOLD[partial_fold(kind)] for kind in REDUCTIONS} | {"mean": 0.0, "meansq": 0.0}
+)
 
 
 def combine(rt, kind, of, dim):
@@ -105,15 +94,6 @@ def grouped(rt, kind, of, group: int):
 
 
 COMBINE = {"sum": "add", "sumsq": "add", "dot": "add", "max": "max", "absmax": "max_abs"}
-PARTIAL_FOLD = {
-    "sum": "sum",
-    "sumsq": "sum",
-    "dot": "sum",
-    "max": "max",
-    "absmax": "max",
-    "logsumexp": "logsumexp",
-}
-
 
 # The per-element input a GroupStat folds, from the statistic's operand(s) ({x}, or {a} and {b}).
 STAT_INPUT = {
@@ -188,7 +168,7 @@ def grouped_reduce_lower(lc, op, kind: str):
     param, glob, g = group_stat(lc, op, kind, stat, name)
     lc.extra_op(f'{glob}.out("{field}")')
     shape = (lc.rows, lc.width // g)
-    lc.add_field(Field(field, name, "group_out", shape, "fp32", fold=PARTIAL_FOLD[kind]))
+    lc.add_field(Field(field, name, "group_out", shape, "fp32", fold=partial_fold(kind)))
     what = folds(kind, op.get("of"), f"{g}-column groups")
     lc.note(f"{field}: {what} -> ({shape[0]}, {shape[1]}) fp32 by the prepass ({param} unused)")
 
@@ -232,7 +212,7 @@ def reduce_lower(lc, op, axis: str):
     else:
         shape = (lc.n_tiles(lc.rows, lc.tile[0]), lc.width)
     role = "colred" if axis == "row" else "rowred"
-    f = Field(field, name, role, shape, "fp32", fold=PARTIAL_FOLD[kind])
+    f = Field(field, name, role, shape, "fp32", fold=partial_fold(kind))
     # per-tile partials; the text names the tile symbolically (one fn serves every tile config)
     if axis == "row":
         what = f"{folds(kind, of, 'columns')} -> ({lc.rows}, cdiv({lc.width}, tile_N)) partials"

@@ -8,7 +8,8 @@ Layer map
   Lowering to CuTe DSL is attached by the adapter package in a later stage; primitives only ever
   emit source text, so this package imports neither torch (lazily, inside ``reference``) nor
   cutlass/quack. ``host`` emits the Triton text of a host step's kernel
-  (``coda_spec/lower/host_kernel.py``), also as pure text.
+  (against ``coda_spec/host_api.py``), also as pure text; a primitive without one says why in
+  ``no_host``.
 * ``coda_spec/primitives/__init__.py`` — the registry: every module of the package not starting
   with ``_`` (and not this one) is a primitive file exporting ``PRIMITIVE``, discovered by listing
   the package; no list to edit, no decorators, no import-time side effects. ``_``-modules hold
@@ -43,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coda_spec.dtypes import names as dtype_names
+from coda_spec.errors import ItemError
 
 # Families (docs/spec-language.md, "Primitive reference").
 ELEMENTWISE = "elementwise"
@@ -72,21 +74,6 @@ class VType:
         return f"{self.kind}[{self.width}{g}]"
 
 
-class TypeProblem(Exception):
-    """A typing rule failed. ``key`` names the op field at fault (for the caret); ``width`` is
-    the tile width at fault when the problem is that width (analyze traces it to a declared
-    shape and adds a note there)."""
-
-    def __init__(
-        self, message: str, key: str | None = None, hint: str = "", width: int | None = None
-    ):
-        super().__init__(message)
-        self.message = message
-        self.key = key
-        self.hint = hint
-        self.width = width
-
-
 @dataclass(frozen=True)
 class Primitive:
     """One epilogue primitive. Every field is declared data or a pure function."""
@@ -97,16 +84,18 @@ class Primitive:
     example: str  # one YAML epilogue item, used verbatim in docs and validated by a test
     schema: dict  # JSON Schema fragment for the item
     operands: tuple[str, ...]  # keys naming epilogue values (or number literals)
-    infer: Callable  # (TypeCtx, Op) -> tuple[VType, ...]; raises TypeProblem
+    infer: Callable  # (TypeCtx, Op) -> tuple[VType, ...]; raises ItemError
     reference: Callable  # (RefCtx, Op, dict[str, value]) -> tuple[value, ...]
     tensors: tuple[str, ...] = ()  # keys naming chain tensors
     results: str = "one"  # "one" | "many" | "none" (store)
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
-    supports: Callable = field(default=lambda config, op: None)  # -> reason string or None
+    # (BuildConfig, config.KernelSizes, Op) -> why the config cannot lower the item, or None
+    supports: Callable = field(default=lambda config, sizes, op: None)
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
-    prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower/api.py)
+    prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower_api.py)
     host: Callable | None = None  # (HostCtx, Op) -> None: emits Triton statements for a
-    # host-step body (lower/host_kernel.py); None: host_kernel refuses a body that uses it
+    # host-step body (coda_spec/host_api.py); None: host_kernel refuses a body that uses it
+    no_host: str = ""  # why it has no ``host`` (host_kernel's refusal quotes it); set iff None
     version: int = 1  # bump when semantics change: part of the build hash (cache_key)
 
     def cache_key(self) -> tuple:
@@ -152,14 +141,14 @@ def broadcast(types: list[VType], what: str) -> VType:
     kinds = {t.kind for t in types}
     for bad in ("rowpart", "colpart"):
         if bad in kinds:
-            raise TypeProblem(
+            raise ItemError(
                 f"{what} cannot read a reduction partial",
                 hint="finalize it first with a 'finalize' step",
             )
     widths = {t.width for t in types if t.kind in ("tile", "row", "group")}
     if len(widths) > 1:
         shown = ", ".join(t.show() for t in types)
-        raise TypeProblem(
+        raise ItemError(
             f"{what}: operand widths differ ({shown})",
             hint="pair halves are W/2 wide; tiles must have equal widths",
         )
@@ -175,14 +164,14 @@ def broadcast(types: list[VType], what: str) -> VType:
 
 def need_tile(t: VType, what: str, key: str | None = None) -> VType:
     if t.kind != "tile":
-        raise TypeProblem(f"{what} needs a tile, got {t.show()}", key)
+        raise ItemError(f"{what} needs a tile, got {t.show()}", key)
     return t
 
 
 def need_even(t: VType, what: str, key: str | None = None) -> int | str:
     w = t.width
     if isinstance(w, int) and w % 2:
-        raise TypeProblem(
+        raise ItemError(
             f"{what} works on adjacent column pairs; width {w} is odd",
             key,
             "pair modes need an even N",

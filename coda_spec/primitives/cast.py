@@ -5,6 +5,7 @@ Use it where the fused kernel must see exactly what an unfused one would read ba
 precision mode, fp64 included, because the rounding is part of the spec's math.
 """
 
+from coda_spec.dtypes import dtype as dtype_of
 from coda_spec.primitives.base import (
     DTYPES,
     ELEMENTWISE,
@@ -28,7 +29,7 @@ def _host(hc, op):
     if dtype == "fp32":
         hc.let(op.results[0], list(x.lanes))
         return
-    ty = {"bf16": "tl.bfloat16", "fp16": "tl.float16"}[dtype]
+    ty = dtype_of(dtype).triton
     hc.let(op.results[0], [f"{lane}.to({ty}).to(tl.float32)" for lane in x.lanes])  # RTNE
 
 

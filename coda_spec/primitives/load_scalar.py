@@ -4,13 +4,14 @@ An immediate constant needs no load: write it as a literal operand (``{mul: [acc
 use ``scale``. A device scalar can change between calls without recompiling.
 """
 
-from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, TypeProblem, VType, item_schema
+from coda_spec.errors import ItemError
+from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, VType, item_schema
 
 
 def _infer(tc, op, ins, tensors):
     info = tensors["load_scalar"]
     if tuple(info.shape) not in ((), (1,)):
-        raise TypeProblem(
+        raise ItemError(
             f"load_scalar needs a tensor of shape [] or [1]; '{info.name}' is {list(info.shape)}",
             "load_scalar",
         )

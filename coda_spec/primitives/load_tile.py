@@ -5,8 +5,9 @@ accumulator is read as packed (even, odd) pairs, which is how backward kernels s
 read the saved gate/up pre-activation.
 """
 
+from coda_spec.errors import ItemError
 from coda_spec.primitives._loads import need_rank, need_rows
-from coda_spec.primitives.base import TENSOR_REF, TILE, Primitive, TypeProblem, VType, item_schema
+from coda_spec.primitives.base import TENSOR_REF, TILE, Primitive, VType, item_schema
 
 
 def _infer(tc, op, ins, tensors):
@@ -15,7 +16,7 @@ def _infer(tc, op, ins, tensors):
     need_rows(tc, info, "load_tile", "load_tile")
     width = info.shape[1]
     if not tc.width_ok(width):
-        raise TypeProblem(
+        raise ItemError(
             f"load_tile: '{info.name}' is {width} wide; tiles here must be "
             f"{tc.width_choices()} wide",
             "load_tile",

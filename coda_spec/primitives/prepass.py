@@ -8,13 +8,13 @@ config rule is checked by ``supports()`` at build time. The result is a ``group`
 per (row, group), broadcast over the group's columns.
 """
 
+from coda_spec.errors import ItemError
 from coda_spec.primitives._reduce import SIBLING, group_stat, grouped
 from coda_spec.primitives.base import (
     DIM_REF,
     STATEFUL,
     VALUE_REF,
     Primitive,
-    TypeProblem,
     VType,
     item_schema,
     need_tile,
@@ -27,7 +27,7 @@ def _infer(tc, op, ins, tensors):
     tile = need_tile(ins["of"], "prepass", "of")
     g = tc.fold(op.get("group", tile.width), "group")
     if isinstance(tile.width, int) and isinstance(g, int) and tile.width % g:
-        raise TypeProblem(
+        raise ItemError(
             f"prepass: width {tile.width} is not a multiple of group {g}",
             "group",
             "per-head statistics need N % head_dim == 0",
@@ -59,12 +59,12 @@ def _lower(lc, op):
         lc.bind(name, param, "p" if lc.mode == "acc_pair" else "s")
 
 
-def _supports(config, op):
+def _supports(config, sizes, op):
     group = op.get("group")
-    if group is not None and config.tile_n % config.fold(group):
+    if group is not None and config.tile_n % sizes.fold(group):
         return f"prepass group {group} does not divide tile_N {config.tile_n}"
-    if group is None and config.tile_n < config.width:
-        return f"a whole-row prepass needs the row in one tile (tile_N >= {config.width})"
+    if group is None and config.tile_n < sizes.width:
+        return f"a whole-row prepass needs the row in one tile (tile_N >= {sizes.width})"
     return None
 
 
@@ -83,4 +83,6 @@ PRIMITIVE = Primitive(
     mutants=lambda op: (op.with_arg("prepass", SIBLING[op.get("prepass")]),),
     supports=_supports,
     lower=_lower,
+    no_host="a per-row statistic used by later items of the same body needs the whole row before "
+    "the first chunk is processed: a second pass over the row",
 )

@@ -29,4 +29,6 @@ PRIMITIVE = Primitive(
     reference=lambda rt, op, ins, tensors: (combine(rt, op.get("reduce_col"), ins["of"], 0),),
     mutants=_mutants,
     lower=lambda lc, op: reduce_lower(lc, op, "col"),
+    no_host="a column reduction sums over rows, across programs; a host kernel runs one program "
+    "per row, so reduce the columns in a GEMM epilogue instead",
 )

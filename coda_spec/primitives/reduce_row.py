@@ -8,6 +8,7 @@ groups per tile). A chain-level ``finalize`` step folds the partials into the st
 ``sumsq`` and ``dot`` fold with one fused multiply-add per element, never rounding the product.
 """
 
+from coda_spec.errors import ItemError
 from coda_spec.primitives._reduce import (
     SIBLING,
     combine,
@@ -16,14 +17,7 @@ from coda_spec.primitives._reduce import (
     operand_tiles,
     reduce_lower,
 )
-from coda_spec.primitives.base import (
-    DIM_REF,
-    REDUCTION,
-    Primitive,
-    TypeProblem,
-    VType,
-    item_schema,
-)
+from coda_spec.primitives.base import DIM_REF, REDUCTION, Primitive, VType, item_schema
 
 OPS = ("sum", "sumsq", "dot", "max", "absmax", "logsumexp")
 
@@ -35,13 +29,13 @@ def _infer(tc, op, ins, tensors):
         return (VType("rowpart", tile.width),)
     g = tc.fold(group, "group")
     if isinstance(tile.width, int) and isinstance(g, int) and tile.width % g:
-        raise TypeProblem(
+        raise ItemError(
             f"reduce_row: width {tile.width} is not a multiple of group {g}",
             "group",
             "per-head reductions need N % head_dim == 0",
         )
     if op.get("reduce_row") == "logsumexp":
-        raise TypeProblem("reduce_row: grouped logsumexp is not supported", "group")
+        raise ItemError("reduce_row: grouped logsumexp is not supported", "group")
     return (VType("rowpart", tile.width, g),)
 
 

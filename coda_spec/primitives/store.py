@@ -7,7 +7,8 @@ pass); the new tensor is named by ``to`` and ``t`` may not be read after this st
 Tiles write an M x W tensor; column vectors (a gathered target logit) write a length-M one.
 """
 
-from coda_spec.lower.api import Code, Field
+from coda_spec.errors import ItemError
+from coda_spec.lower_api import Code, Field
 from coda_spec.primitives.base import (
     DTYPES,
     NAME_RE,
@@ -15,7 +16,6 @@ from coda_spec.primitives.base import (
     TILE,
     VALUE_REF,
     Primitive,
-    TypeProblem,
     item_schema,
 )
 
@@ -24,7 +24,7 @@ def _infer(tc, op, ins, tensors):
     t = ins["store"]
     if t.kind not in ("tile", "col"):
         hint = "finalize partials in a 'finalize' step" if t.kind.endswith("part") else ""
-        raise TypeProblem(f"store writes tiles and per-row vectors, got {t.show()}", "store", hint)
+        raise ItemError(f"store writes tiles and per-row vectors, got {t.show()}", "store", hint)
     return (t,)
 
 

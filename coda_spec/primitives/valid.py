@@ -4,8 +4,9 @@ Multiply by it to zero the loss and gradient of padding rows, as cross-entropy's
 ``ignore_index`` does.
 """
 
+from coda_spec.errors import ItemError
 from coda_spec.primitives._loads import index_tensor, need_index, need_rank, need_rows
-from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, TypeProblem, VType, item_schema
+from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, VType, item_schema
 
 
 def _infer(tc, op, ins, tensors):
@@ -14,7 +15,7 @@ def _infer(tc, op, ins, tensors):
     need_rows(tc, info, "valid", "valid")
     need_index(info, "valid", "valid")
     if info.ignore_index is None:
-        raise TypeProblem(
+        raise ItemError(
             f"'{info.name}' declares no ignore_index, so every row is valid",
             "valid",
             f"add ignore_index: -100 to tensor '{info.name}'",

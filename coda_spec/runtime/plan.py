@@ -154,10 +154,7 @@ class Plan:
         self.tuned = tuned_rows(table, build, self.names, self.static)
         self._shapes = {n: shape_fn(t.shape) for n, t in m.tensors.items()}
         self._field_shapes = {  # by id: the manifest's fields live as long as the plan
-            id(f): shape_fn(f.shape)
-            for vs in self.variants.values()
-            for v in vs
-            for f in v.fields
+            id(f): shape_fn(f.shape) for vs in self.variants.values() for v in vs for f in v.fields
         }
 
     def fold(self, expr):

@@ -1,11 +1,16 @@
 """The lowering API: everything a primitive's ``lower(lc, op)`` may use, and nothing else.
 
-Layer map (imports go one way, checked by ``tests/test_lower_api.py``)
-----------------------------------------------------------------------
-``lower/module.py`` (assembles kernel.py) -> ``lower/emit.py`` (the walk over a kernel's items)
--> ``primitives/*`` (each item's ``lower``) -> ``lower/api.py`` (this module). This module
-imports nothing from ``coda_spec.primitives``, ``lower.emit`` or ``lower.module``, so a primitive
-imports it at module top level, and neither quack, cutlass nor torch: lowering is pure text.
+Why here (``coda_spec/lower_api.py``, not in ``coda_spec.lower``)
+-----------------------------------------------------------------
+Primitives lower against this module, so it sits on the primitives' floor, one layer below
+them, beside :mod:`coda_spec.host_api` (what a primitive's ``host`` may use): the two lowering
+contracts, named after the ``Primitive`` fields they serve (``lower``, ``host``). The
+``coda_spec.lower`` package holds what runs the primitives (``lower/emit.py``, the walk;
+``lower/module.py``, kernel.py; ``lower/host_kernel.py``) and sits above them; this module used
+to be ``lower/api.py``, the one module of that package below the primitives. Imports go one way
+(``pyproject.toml``'s layers, ``tests/test_lower_api.py``): ``lower/module.py`` -> ``lower/emit.py``
+-> ``primitives/*`` -> this module. It imports no primitive, neither the walk nor a compiler
+(quack, cutlass, torch): lowering is pure text.
 
 Contract
 --------
@@ -55,6 +60,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from coda_spec import dims
+from coda_spec.artifact import Field
+from coda_spec.errors import ItemError
 
 # Every name generated code may use, by the module kernel.py imports it from. A kernel.py
 # imports exactly the names its kernels declared (LowerCtx.use). ``cute`` is the module
@@ -98,30 +105,6 @@ SOURCE_OF = MappingProxyType({n: m for m, names in KERNEL_IMPORTS.items() for n 
 # Names a spec value or tensor may not take in generated code (they get a trailing "_"): the fn's
 # own parameters and return key, and every name kernel.py may import.
 RESERVED = frozenset({"acc", "c", "D", "cutlass", "Pair", *SOURCE_OF, *MODULE_IMPORTS})
-
-
-class LowerError(Exception):
-    """The QuACK lowering cannot express an item (refused before compiling, exit 2)."""
-
-    def __init__(self, message: str, key: str | None = None, hint: str = ""):
-        super().__init__(message)
-        self.message, self.key, self.hint = message, key, hint
-
-
-@dataclass(frozen=True)
-class Field:
-    """One entry of the kernel's EpilogueArguments, fed from (or written to) a chain tensor."""
-
-    name: str  # the QuACK op name (= the EpilogueArguments field)
-    tensor: str  # chain tensor
-    # tile | row | col | scalar | index | aux | colred | rowred | lse | select
-    # | group_stat (a GroupStat op: the int group width, shape (group,), baked in at compile
-    #   time; None at run time) | group_out (its finalized per-(row, group) values, complete)
-    role: str
-    shape: tuple  # buffer shape passed to the kernel (ints and dynamic dim names)
-    dtype: str
-    transform: str = ""  # runtime view/conversion: "" | "turns_table" | "to_fp32"
-    fold: str = ""  # partial buffers: how a finalize folds them (sum | max | logsumexp)
 
 
 @dataclass(frozen=True)
@@ -256,8 +239,8 @@ class LowerCtx:
         self._body.append(f"    {text}")
 
     @staticmethod
-    def error(message: str, hint: str = "") -> LowerError:
-        return LowerError(message, hint=hint)
+    def error(message: str, hint: str = "") -> ItemError:
+        return ItemError(message, hint=hint)
 
     # -- imports -------------------------------------------------------------------------------
     def use(self, name: str) -> str:
@@ -265,7 +248,7 @@ class LowerCtx:
         under a :data:`MODULE_IMPORTS` module such as ``cute.math.exp``); returns ``name``."""
         head = name.split(".")[0]
         if name not in SOURCE_OF and head not in MODULE_IMPORTS:
-            raise LowerError(f"internal: generated code may not use '{name}' (not importable)")
+            raise ItemError(f"internal: generated code may not use '{name}' (not importable)")
         self._imports.add(name if name in SOURCE_OF else head)
         return name
 
@@ -299,7 +282,7 @@ class LowerCtx:
         """A value that must be a real expression (not a deferred table)."""
         val = self.v(raw)
         if val.form == "deferred":
-            raise LowerError(f"'{raw}' is a per-pair table here; only rope can read it")
+            raise ItemError(f"'{raw}' is a per-pair table here; only rope can read it")
         return val
 
     def let(self, name: str, expr: str, form: str):
@@ -328,7 +311,7 @@ class LowerCtx:
         ``names`` are the lane suffixes (``("g", "u")`` for an interleaved gate/up pair).
         """
         if val.form != "p":
-            raise LowerError("needs adjacent-column pairs here (acc_pair or packed mode)")
+            raise ItemError("needs adjacent-column pairs here (acc_pair or packed mode)")
         if val.expr in self._lanes:
             return self._lanes[val.expr]
         base = base or (val.expr if val.expr.isidentifier() else "x")
@@ -357,7 +340,7 @@ class LowerCtx:
     def operand(self, name: str, op_expr: str, f: Field):
         """A fn operand that is not a chain tensor's load (a prepass statistic)."""
         if name in self._params:
-            raise LowerError(f"'{name}' is already an operand of this kernel")
+            raise ItemError(f"'{name}' is already an operand of this kernel")
         self._params[name] = op_expr
         self._fields.append(f)
 
@@ -368,9 +351,9 @@ class LowerCtx:
     def store_d(self, tensor: str, dtype: str, shape: tuple, expr: str, add_to: str | None = None):
         """Write ``expr`` as the GEMM's D (``tensor``), optionally accumulating into ``add_to``."""
         if self._d is not None:
-            raise LowerError("the kernel already writes D")
+            raise ItemError("the kernel already writes D")
         if add_to is not None and self._c is not None:
-            raise LowerError("add_to cannot be combined with a C operand")
+            raise ItemError("add_to cannot be combined with a C operand")
         self._d = (tensor, dtype, tuple(shape))
         self._returns["D"] = expr
         self._add_to = add_to
@@ -378,7 +361,7 @@ class LowerCtx:
     def bind_c(self, tensor: str, dtype: str, shape: tuple) -> str:
         """Read ``tensor`` as the GEMM's C operand (packed mode); returns the fn parameter."""
         if self._c is not None:
-            raise LowerError("packed mode reads one 16-bit pair tile (the GEMM C operand)")
+            raise ItemError("packed mode reads one 16-bit pair tile (the GEMM C operand)")
         self._c = (tensor, dtype, tuple(shape))
         return "c"
 
@@ -458,8 +441,8 @@ class LowerCtx:
             pre.comment(op)
             try:
                 self._prims[op.prim].lower(pre, op)
-            except LowerError as e:
-                raise LowerError(
+            except ItemError as e:
+                raise ItemError(
                     f"re-computing '{op.results[0]}' (line {op.loc.line}) in the prepass: "
                     f"{e.message}",
                     hint=e.hint,
@@ -507,13 +490,13 @@ class LowerCtx:
             return
         p = self._prims[op.prim]
         if op.prim == "prepass":
-            raise LowerError(
+            raise ItemError(
                 f"'{raw}' is itself a prepass statistic (line {op.loc.line}); QuACK runs one "
                 "prepass over the raw accumulator, so a statistic cannot read another",
                 hint="compute the second statistic in a later kernel or a host step",
             )
         if p.family != "elementwise" and not p.prepass:
-            raise LowerError(
+            raise ItemError(
                 f"a statistic's input is re-computed from the raw accumulator in the prepass, "
                 f"and '{raw}' comes from '{op.prim}' (line {op.loc.line}), which cannot run "
                 "there (only loads and elementwise items can)",
