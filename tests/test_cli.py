@@ -355,3 +355,17 @@ def test_plot_writes_into_out(tmp_path):
     assert res.exit_code == 0, res.output
     assert (tmp_path / "charts" / "rmsnorm_chain.png").is_file()
     assert not (tmp_path / "rmsnorm_chain.png").exists()
+
+
+def test_bench_liger_without_the_catalogue_says_where_before_the_gpu(tmp_path, monkeypatch):
+    from coda_spec.bench import baselines as B
+
+    spec = tmp_path / "f8.yaml"
+    spec.write_text(F8.read_text())
+    _fake_build(tmp_path / "build", spec)
+    monkeypatch.delitem(sys.modules, B.CATALOGUE, raising=False)
+    monkeypatch.setenv(B.CATALOGUE_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setattr(cli, "_has_gpu", lambda: False)
+    res = _run("bench", "--baselines", "liger", "--builds", tmp_path / "build", spec)
+    assert res.exit_code == 1, res.output
+    assert "benchmarks/baselines/" in res.output and "source checkout" in res.output

@@ -127,6 +127,10 @@ def main(args: Args, load_chain, has_gpu) -> int:
     status = EXIT_OK
     if timing:
         directories = build_dirs(timing, args.builds, "bench")
+        if "liger" in args.baselines:  # the catalogue's (a source checkout): say so before timing
+            from coda_spec.bench.baselines import catalogue
+
+            catalogue()
         if not has_gpu():
             _echo(
                 "error: coda bench times kernels on a CUDA GPU; none here. Charts and "

@@ -332,9 +332,7 @@ def _baseline_candidates(checked, manifest, sizes, opts, low, grads, compiled) -
     if "eager" in opts.baselines or "compile" in opts.baselines:
         bases["eager"] = B.eager(checked, sizes)
     if "liger" in opts.baselines:
-        from coda_spec.bench.liger import liger
-
-        lig = liger(checked, sizes)
+        lig = B.liger(checked, sizes)
         if lig is not None:
             bases["liger"] = lig
     for name in opts.baselines:
