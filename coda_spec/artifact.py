@@ -69,7 +69,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from coda_spec.dims import evaluator, exprs
+from coda_spec.dims import dynamic_dim, evaluator, exprs
 
 FORMAT_VERSION = 7  # 2: grads; 3: required; 4: variants; 5: launch; 6: shape exprs; 7: names
 READABLE_FORMATS = (7,)  # older builds: rebuild (and re-run coda tune)
@@ -470,7 +470,7 @@ class Manifest:
     @property
     def dynamic(self) -> str | None:
         """The dynamic dim's name (a manifest has at most one), or None."""
-        return next((k for k, v in self.dims.items() if v is None), None)
+        return dynamic_dim(self.dims)
 
     @property
     def static(self) -> dict:

@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from coda_spec import artifact, stages
+from coda_spec import artifact, builddir, stages
 from coda_spec.config import BuildConfig, config_text
 from coda_spec.errors import Diagnostic, SpecError, ToolError
 from coda_spec.lower import triton_aot
@@ -123,9 +123,9 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     lowered, variants, dropped = lower_variants(checked, opts.candidates)
     meta = lowered_json(checked, lowered, opts.candidates, variants)
     aot = aot_kernels(checked, meta)
-    final = opts.out / f"{name}-{build_hash(checked, opts.candidates, lowered, aot)}"
+    final = opts.out / builddir.build_name(name, build_hash(checked, opts.candidates, lowered, aot))
     if not opts.force and (final / artifact.MANIFEST).is_file():
-        _point_latest(opts.out, name, final)
+        builddir.point_latest(opts.out, name, final)
         elapsed = time.perf_counter() - start
         print(f"{path}: cache hit: {final} ({elapsed:.2f}s)")
         return BuildResult(name, final, True, True, elapsed)
@@ -133,7 +133,7 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
         # before any "compiling" line: fail with how to install
         require_build_extra(BUILD_MODULES * bool(lowered.kernels) + AOT_MODULES * bool(aot))
     opts.out.mkdir(parents=True, exist_ok=True)
-    tmp = opts.out / f".tmp-{final.name}-{os.getpid()}"
+    tmp = builddir.tmp_dir(final)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -142,9 +142,9 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
                 what = f"kernel '{step}': candidate {config_text(cfg.key())}"
                 _say(f"{path}: {what} dropped: {why}", log)
             complete = _run_stages(path, checked, (lowered, meta, aot), variants, tmp, opts, log)
-        _publish(tmp, final)
+        builddir.publish(tmp, final)
     except (SpecError, ToolError):
-        failed = opts.out / f"{final.name}.failed"  # keep the full logs of a failed build
+        failed = opts.out / builddir.failed_name(tmp)  # keep the full logs of a failed build
         shutil.rmtree(failed, ignore_errors=True)
         os.rename(tmp, failed)
         raise
@@ -152,7 +152,7 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if complete:
-        _point_latest(opts.out, name, final)
+        builddir.point_latest(opts.out, name, final)
     elapsed = time.perf_counter() - start
     done = stages.stage(opts.stop_after)
     what = "built" if complete else f"stopped after {done.name} ({done.produces})"
@@ -316,6 +316,7 @@ def lowered_json(checked, lowered, configs, variants: dict | None = None) -> dic
     out = {
         "spec": checked.spec.name,
         "digest": checked.spec.digest,
+        "spec_file": checked.spec.file,  # the build's origin (builddir.origin)
         "config": configs[0].key(),
         "configs": [c.key() for c in configs],
         "sizes": {d.name: d.size for d in checked.spec.dims if d.size is not None},
@@ -360,33 +361,39 @@ def compile_kernels(path, checked, tmp: Path, symbols, opts: BuildOptions, log) 
         ),
     )
     procs = []
-    for batch in batches:
-        c = opts.candidates[0]
-        which = (
-            f"{c.tile_m}x{c.tile_n}, cluster {c.cluster_m}x{c.cluster_n}"
-            if len(opts.candidates) == 1
-            else "each variant at its config"
-        )
-        _say(f"{path}: compiling {', '.join(batch)} (sm_90a, {which})", log)
-        cmd = [sys.executable, "-m", "coda_spec.lower.quack_adapter", str(tmp), *batch]
-        procs.append(
-            subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    try:
+        for batch in batches:
+            c = opts.candidates[0]
+            which = (
+                f"{c.tile_m}x{c.tile_n}, cluster {c.cluster_m}x{c.cluster_n}"
+                if len(opts.candidates) == 1
+                else "each variant at its config"
             )
-        )
-    for p in procs:
-        out, _ = p.communicate()
-        log.write(out)
-        for line in out.splitlines():
-            if line.startswith(("compiled ", "FAILED ")):
-                _say(f"{path}: {line}", log)
+            _say(f"{path}: compiling {', '.join(batch)} (sm_90a, {which})", log)
+            cmd = [sys.executable, "-m", "coda_spec.lower.quack_adapter", str(tmp), *batch]
+            procs.append(
+                subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+                )
+            )
+        for p in procs:
+            out, _ = p.communicate()
+            log.write(out)
+            for line in out.splitlines():
+                if line.startswith(("compiled ", "FAILED ")):
+                    _say(f"{path}: {line}", log)
+    except BaseException:  # a Ctrl-C: no worker outlives the build (its directory goes)
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
     failed = [s for s in symbols if (tmp / f"{s}.error.txt").exists()]
     if failed:
         raise SpecError([_compile_diag(checked, tmp, s, opts.out) for s in failed])
     missing = [s for s in symbols if not (tmp / f"{s}.compiled.json").exists()]
     if missing:
         # build_spec renames the build directory to <dir>.failed: point at the log's final place.
-        log_path = tmp.parent / _failed_name(tmp) / "build.log"
+        log_path = tmp.parent / builddir.failed_name(tmp) / "build.log"
         raise ToolError(f"compile workers exited without output for {missing}; see {log_path}")
     return [json.loads((tmp / f"{s}.compiled.json").read_text()) for s in symbols]
 
@@ -414,13 +421,8 @@ def _compile_diag(checked, tmp: Path, symbol: str, out: Path) -> Diagnostic:
         col,
         step.name,
         f"CuTe DSL/QuACK could not compile kernel '{step.name}': {last}",
-        f"full log: {out / _failed_name(tmp)}/{symbol}.error.txt",
+        f"full log: {out / builddir.failed_name(tmp)}/{symbol}.error.txt",
     )
-
-
-def _failed_name(tmp: Path) -> str:
-    """``.tmp-<dir>-<pid>`` -> ``<dir>.failed`` (where a failed build's logs are kept)."""
-    return tmp.name[len(".tmp-") :].rsplit("-", 1)[0] + ".failed"
 
 
 def _kernels(checked):
@@ -441,57 +443,3 @@ def link(tmp: Path, name: str, symbols, log) -> str:
         raise ToolError(f"link failed: {res.stderr.strip()[:500]}")
     _say(f"linked {so} ({(tmp / so).stat().st_size // 1024} KiB)", log)
     return so
-
-
-def _publish(tmp: Path, final: Path):
-    if final.exists():
-        if (final / artifact.MANIFEST).is_file():
-            shutil.rmtree(tmp)  # a concurrent build finished first: keep theirs
-            return
-        shutil.rmtree(final)  # an incomplete (--stop-after) build: replace it
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if (final / artifact.MANIFEST).is_file():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            raise
-
-
-def _point_latest(out: Path, name: str, final: Path):
-    link_path = out / f"{name}-latest"
-    tmp = out / f".{name}-latest.{os.getpid()}"
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    os.symlink(final.name, tmp)
-    os.replace(tmp, link_path)
-
-
-def prune(out: Path, keep: dict) -> list[Path]:
-    """Remove stale builds: every ``<name>-<hash>`` other than ``keep[name]``, and stale tmps."""
-    removed = []
-    if not out.is_dir():
-        return removed
-    for d in out.iterdir():
-        if d.name.startswith(".tmp-") and d.is_dir():
-            pid = d.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(d)
-            continue
-        if not d.is_dir() or d.is_symlink():
-            continue
-        name, _, h = d.name.rpartition("-")
-        stale = len(h) == 12 or (h.endswith(".failed") and len(h) == 19)
-        if name in keep and d.name != keep[name].name and stale:
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True

@@ -32,28 +32,65 @@ from coda_spec.errors import (
     Diagnostic,
     SpecError,
     ToolError,
+    UsageError,
+    exit_status,
     exit_summary,
     render_text,
 )
 from coda_spec.tune import DEFAULT_MARGIN as TUNE_MARGIN
 from coda_spec.tune import DEFAULT_ROUNDS as TUNE_ROUNDS
 
-SPEC_SUFFIXES = (".yaml", ".yml")
+
+def _exits(*codes: int) -> str:
+    """``Exit status: 0 ok, 2 invalid spec, ...``: a command's rows of ``EXIT_CODES`` (every
+    command also exits ``EXIT_INTERRUPTED`` on a Ctrl-C)."""
+    return f"Exit status: {exit_summary(*codes, EXIT_INTERRUPTED)}."
 
 
-def expand_paths(paths) -> list[Path]:
-    """Files as given; folders searched recursively for *.yaml / *.yml, sorted."""
-    out = []
-    for p in map(Path, paths):
-        try:
-            is_dir = p.is_dir()
-        except OSError:  # e.g. a name too long: let the loader report it
-            is_dir = False
-        if is_dir:
-            out += sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
-        else:
-            out.append(p)
-    return out
+def _report(exc: BaseException, where=None) -> int:
+    """Print ``exc`` the project's way -- a ``SpecError``'s located diagnostics, else one line
+    ``WHERE: error: WHAT`` -- and return its exit status (``errors.exit_status``)."""
+    if isinstance(exc, SpecError):
+        for d in exc.diagnostics:
+            click.echo(render_text(d, _raw_lines(d.file)), err=True)
+        return exit_status(exc)
+    msg = str(exc)
+    where = getattr(exc, "where", None) or where
+    if where is not None and msg.startswith(f"{where}: "):
+        msg = msg[len(f"{where}: ") :]
+    click.echo(f"{where}: error: {msg}" if where is not None else f"error: {msg}", err=True)
+    return exit_status(exc)
+
+
+def _spec_files(paths, exclude) -> list[Path]:
+    """``source.spec_files``, or exit 2 naming the folder that holds no spec."""
+    from coda_spec.source import spec_files
+
+    try:
+        return spec_files(paths, exclude)
+    except UsageError as e:
+        sys.exit(_report(e))
+
+
+_exclude = click.option(
+    "--exclude",
+    multiple=True,
+    metavar="GLOB",
+    help="Leave out what matches GLOB in folder scans: a path below the folder "
+    "(drafts/*.yaml), a file name (*_wip.yaml) or a folder name (drafts); repeatable. "
+    "Scans always skip hidden folders, virtual environments (pyvenv.cfg, conda-meta), "
+    "node_modules, site-packages and coda build directories.",
+)
+
+
+def _dims_callback(ctx, param, value):
+    """``--dims NAME=INT,...`` through the one parser, ``dims.parse_dims``."""
+    from coda_spec.dims import parse_dims
+
+    try:
+        return parse_dims(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
 
 
 def _summary(checked) -> str:
@@ -80,14 +117,42 @@ MAIN_HELP = f"""coda: declarative GEMM-epilogue fusion specs for Hopper (sm_90a)
     """
 
 
+def _version(ctx, param, value):
+    """``coda --version``: coda's version and the stack's (found by package metadata; nothing
+    is imported)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from coda_spec.versions import stack_versions
+
+    click.echo("\n".join(f"{name} {version}" for name, version in stack_versions()))
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, help=MAIN_HELP)
-@click.version_option(package_name="coda-spec", prog_name="coda")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_version,
+    help="Show coda's version and those of quack, cutlass, triton and torch, and exit.",
+)
 def main():
     pass
 
 
-@main.command(short_help="Validate specs; with --math, prove their math on CPU.")
+CHECK_HELP = f"""Validate spec files (or folders of them): schema first, then semantics.
+
+    Every error is reported as FILE:LINE:COL: error: SPEC_PATH: MESSAGE; HINT. With --math, each
+    valid spec's math is also proven (see coda_spec.mathcheck). {_exits(0, 1, 2, 3)} 1: a file
+    could not be read or torch is missing; 2: a spec is invalid, or a folder holds no spec; 3:
+    a spec's math is wrong or unproven.
+    """
+
+
+@main.command(short_help="Validate specs; with --math, prove their math on CPU.", help=CHECK_HELP)
 @click.argument("paths", nargs=-1, required=True)
+@_exclude
 @click.option(
     "--format",
     "fmt",
@@ -103,26 +168,16 @@ def main():
     help="Also prove the math in fp64 on CPU: every output equals equivalent_to, every "
     "backward output equals its autograd (needs torch, CPU build; no GPU, no compiler).",
 )
-def check(paths, fmt, quiet, math):
-    """Validate spec files (or folders of them): schema first, then semantics.
-
-    Every error is reported as FILE:LINE:COL: error: SPEC_PATH: MESSAGE; HINT. With --math, each
-    valid spec's math is also proven (see coda_spec.mathcheck). Exit status: 0 all valid (and
-    proven), 2 some spec invalid, 3 some spec's math is wrong or unproven, 1 a file could not
-    be read or torch is missing.
-    """
+def check(paths, exclude, fmt, quiet, math):
     from coda_spec.frontend import check_file
     from coda_spec.source import load_source
 
     start = time.perf_counter()
-    files = expand_paths(paths)
+    files = _spec_files(paths, exclude)
     diags: list[Diagnostic] = []
     tool_failed, invalid, ok, wrong = False, 0, 0, 0
     prover = _prover() if math else None
     lines_of: dict = {}
-    if not files:
-        click.echo(f"error: no spec files under {' '.join(paths)}", err=True)
-        sys.exit(EXIT_TOOL_FAILURE)
     for f in files:
         try:
             checked = check_file(f)
@@ -205,9 +260,22 @@ def _raw_lines(path) -> list[str] | None:
     return raw.decode("utf-8", errors="replace").splitlines()
 
 
-@main.command(short_help="Compile specs into a loadable sm_90a library (no GPU needed).")
+BUILD_HELP = f"""Compile specs for sm_90a (no GPU needed) into BUILDS/<name>-<hash>/.
+
+    PATHS are spec files or folders of them. {_exits(0, 1, 2)} 0: built (or a cache hit); 2: an
+    invalid spec, a config a primitive cannot support, a folder without specs, two specs with
+    one name, or bad arguments; 1: a tool failure.
+    """
+
+
+@main.command(
+    short_help="Compile specs into a loadable sm_90a library (no GPU needed).", help=BUILD_HELP
+)
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-o", "--out", default="build", show_default=True, help="Build root directory.")
+@_exclude
+@click.option(
+    "-o", "--out", "--builds", "out", default="build", show_default=True, help="Build root."
+)
 @click.option(
     "--config",
     "config_text",
@@ -223,27 +291,37 @@ def _raw_lines(path) -> list[str] | None:
     show_default=True,
     help=stages.help_text(),
 )
-@click.option("--prune", is_flag=True, help="Remove stale builds of the same specs afterwards.")
 @click.option(
-    "-j", "--jobs", default=2, show_default=True, help="Parallel compile workers (~750 MB each)."
+    "--prune",
+    is_flag=True,
+    help="Afterwards remove the other builds of the same spec files with the same configs "
+    "(builds of another --config, or of another file with the same name, stay).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="Parallel compile workers (~750 MB each), at least 1.",
 )
 @click.option("--force", is_flag=True, help="Rebuild even when a complete build exists.")
 @click.option("--print-dir", is_flag=True, help="Print only the build directory of each spec.")
-def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
-    """Compile specs for sm_90a (no GPU needed) into build/<name>-<hash>/.
+def build(paths, exclude, out, config_text, stop_after, prune, jobs, force, print_dir):
+    import contextlib
+    import io
 
-    Exit status: 0 built (or cache hit), 2 invalid spec or config a primitive cannot support,
-    1 tool failure.
-    """
     from coda_spec.build import BuildOptions, build_spec
-    from coda_spec.build import prune as prune_builds
+    from coda_spec.builddir import prune as prune_builds
     from coda_spec.config import parse_configs
 
     try:
         configs = parse_configs(config_text)
     except ValueError as e:
-        click.echo(f"error: --config: {e}", err=True)
-        sys.exit(EXIT_INVALID_SPEC)
+        sys.exit(_report(UsageError(f"--config: {e}")))
+    if Path(out).exists() and not Path(out).is_dir():
+        sys.exit(_report(UsageError(f"-o/--builds {out}: not a directory; give a build root")))
+    files = _spec_files(paths, exclude)
     opts = BuildOptions(
         out=Path(out),
         config=configs[0],
@@ -252,42 +330,94 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
         jobs=jobs,
         force=force,
     )
-    status, keep = EXIT_OK, {}
-    for f in expand_paths(paths):
+    status, kept, names = EXIT_OK, [], {}
+    for f in files:
+        # --print-dir: the progress lines go (build.log keeps them); errors still show
+        quiet = contextlib.redirect_stdout(io.StringIO()) if print_dir else contextlib.nullcontext()
         try:
-            res = build_spec(f, opts)
-        except SpecError as e:
-            lines = _raw_lines(f)
-            for d in e.diagnostics:
-                click.echo(render_text(d, lines), err=True)
-            status = max(status, EXIT_INVALID_SPEC)
+            _one_name(f, names, Path(out))
+            with quiet:
+                res = build_spec(f, opts)
+        except (SpecError, ToolError, UsageError) as e:
+            status = _worse(status, _report(e, f))
             continue
-        except ToolError as e:
-            click.echo(f"{f}: error: {e}", err=True)
-            status = EXIT_TOOL_FAILURE if status == EXIT_OK else status
-            continue
-        keep[res.name] = res.directory
+        kept.append(res.directory)
         if print_dir:
             click.echo(str(res.directory))
     if prune:
-        for d in prune_builds(Path(out), keep):
+        for d in prune_builds(Path(out), kept):
             click.echo(f"pruned {d}")
     sys.exit(status)
 
 
-@main.command(short_help="Test built kernels against the spec's math on a CUDA GPU.")
+def _one_name(path, names: dict, out: Path) -> None:
+    """Refuse a second spec file with the ``name:`` of one built earlier in this run: both would
+    share ``OUT/<name>-latest`` (docs/build.md, "Two files, one name")."""
+    from coda_spec.frontend import check_file
+
+    try:
+        checked = check_file(path)
+    except (SpecError, ToolError):
+        return  # build_spec reports it
+    name, here = checked.spec.name, Path(path).resolve()
+    first = names.setdefault(name, here)
+    if first != here:
+        line, col = checked.source.where(("name",))
+        raise SpecError(
+            [
+                Diagnostic(
+                    str(path),
+                    line,
+                    col,
+                    "name",
+                    f"'{name}' is also the name of {first}, built in this run; both would "
+                    f"share {out / (name + '-latest')}",
+                    "rename one of them, or build them in separate runs",
+                )
+            ]
+        )
+
+
+VERIFY_HELP = f"""Check built kernels against the spec's reference math on a CUDA GPU (never
+    compiles).
+
+    TARGETS are build directories or spec files (their latest build under --builds, which must
+    be built from the spec's current content). {_exits(0, 1, 2, 3, 4)} 3: a numeric failure; 2:
+    an invalid spec, a target that is no build nor spec, a spec not built or changed since its
+    newest build; 1: a tool error; 4: no GPU (--allow-no-gpu: 0).
+    """
+
+
+@main.command(
+    short_help="Test built kernels against the spec's math on a CUDA GPU.", help=VERIFY_HELP
+)
 @click.argument("targets", nargs=-1, required=True)
 @click.option(
+    "--builds",
     "-o",
     "--out",
+    "builds",
     default="build",
     show_default=True,
-    help="Where a SPEC's latest build is looked up.",
+    help="Build root: where a SPEC's latest build is looked up.",
 )
 @click.option("--seed", type=int, default=None, help="Replay a run (default: a fresh seed).")
-@click.option("--dims", "dims_text", default=None, help="One shape case, e.g. M=4096,D=1000.")
+@click.option(
+    "--dims",
+    "dims",
+    callback=_dims_callback,
+    default=None,
+    help="One shape case, e.g. M=4096,D=1000.",
+)
 @click.option("--small", is_flag=True, help="Only the small case (M=64).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a table per chain; json: the reports as a list (for CI); see also --junit.",
+)
 @click.option("--junit", "junit_path", default=None, help="Also write a JUnit XML report.")
 @click.option(
     "--allow-no-gpu",
@@ -306,30 +436,20 @@ def build(paths, out, config_text, stop_after, prune, jobs, force, print_dir):
     help="Test only: check against this spec's math instead of the build's own.",
 )
 def verify(
-    targets, out, seed, dims_text, small, fmt, junit_path, allow_no_gpu, sanitize, reference_spec
+    targets, builds, seed, dims, small, fmt, junit_path, allow_no_gpu, sanitize, reference_spec
 ):
-    """Check built kernels against the spec's reference math on a CUDA GPU (never compiles).
-
-    TARGETS are build directories or spec files (their latest build under --out). Exit status:
-    0 all pass, 3 numeric failure, 2 invalid spec, 1 tool error, 4 no GPU.
-    """
     import os as _os
 
     _need_torch("coda verify", "on a GPU machine, the CUDA build you already use")
     from coda_spec import verify as V
     from coda_spec import verify_report as R
+    from coda_spec.builddir import resolve
     from coda_spec.runtime import CodaRuntimeError
     from coda_spec.verify_sanitize import sanitize as run_sanitizer
 
     if seed is None:
         seed = int.from_bytes(_os.urandom(4), "little")
-    dims = None
-    if dims_text:
-        try:
-            dims = {k.strip(): int(v) for k, v in (p.split("=") for p in dims_text.split(","))}
-        except ValueError:
-            click.echo(f"error: --dims {dims_text!r}: expected NAME=INT,...", err=True)
-            sys.exit(EXIT_INVALID_SPEC)
+    dims = dims or None
     reports, status = [], EXIT_OK
     reference = None
     if reference_spec:
@@ -338,7 +458,7 @@ def verify(
         reference = check_file(reference_spec)
     for t in targets:
         try:
-            directory = V.resolve(t, Path(out))
+            directory = resolve(t, Path(builds))
             chain = _load_chain(directory)
             if not _has_gpu():
                 rep = V.reference_only(reference or chain.checked(), seed)
@@ -350,14 +470,8 @@ def verify(
                 rep = V.verify_chain(chain, seed, dims, small, reference)
                 if not rep.passed:
                     status = _worse(status, EXIT_MISMATCH)
-        except SpecError as e:
-            for d in e.diagnostics:
-                click.echo(render_text(d, _raw_lines(d.file)), err=True)
-            status = _worse(status, EXIT_INVALID_SPEC)
-            continue
-        except (ToolError, CodaRuntimeError, FileNotFoundError, ValueError) as e:
-            click.echo(f"{t}: error: {e}", err=True)
-            status = _worse(status, EXIT_TOOL_FAILURE)
+        except (SpecError, ToolError, CodaRuntimeError, OSError, ValueError) as e:
+            status = _worse(status, _report(e, t))
             continue
         if sanitize:
             san = run_sanitizer(directory, seed)
@@ -410,7 +524,13 @@ def _timing_options(f):
     """The shape and timing options ``bench`` and ``tune`` share (one home for their texts)."""
     opts = [
         click.option("--m", "m_text", default=None, help="Dynamic-dim sizes, e.g. 16384,4096."),
-        click.option("--dims", "dims_text", default=None, help="Static dims, e.g. D=2048,F=5632."),
+        click.option(
+            "--dims",
+            "dims",
+            callback=_dims_callback,
+            default=None,
+            help="Static dims, e.g. D=2048,F=5632.",
+        ),
         click.option(
             "--width",
             "width_text",
@@ -434,7 +554,10 @@ def _timing_options(f):
         ),
         click.option("--seed", type=int, default=0, show_default=True, help="Input seed."),
         click.option(
-            "--builds", default="build", show_default=True, help="Where specs' builds are."
+            "--builds",
+            default="build",
+            show_default=True,
+            help="Build root: where a SPEC's latest build is looked up.",
         ),
     ]
     for opt in reversed(opts):
@@ -443,43 +566,55 @@ def _timing_options(f):
 
 
 def _exit_timing(run) -> None:
-    """Run a GPU command's body (``run() -> status``) and exit with its status; bad arguments
-    exit 2, tool failures 1, each with one line and no traceback."""
+    """Run a GPU command's body (``run() -> status``) and exit with its status
+    (``errors.exit_status``: bad arguments and targets 2, tool failures 1), each problem in one
+    line and no traceback."""
     from coda_spec.runtime import CodaRuntimeError
 
     try:
         status = run()
-    except SpecError as e:
-        for d in e.diagnostics:
-            click.echo(render_text(d, _raw_lines(d.file)), err=True)
-        status = EXIT_INVALID_SPEC
-    except ValueError as e:
-        click.echo(f"error: {e}", err=True)
-        status = EXIT_INVALID_SPEC
-    except (ToolError, CodaRuntimeError, OSError) as e:
-        click.echo(f"error: {e}", err=True)
-        status = EXIT_TOOL_FAILURE
+    except (SpecError, ToolError, CodaRuntimeError, OSError, ValueError) as e:
+        status = _report(e)
     sys.exit(status)
 
 
-@main.command(short_help="Time built chains against cuBLAS SoL, eager, torch.compile, Liger.")
+BENCH_HELP = f"""Time built chains on a CUDA GPU (never compiles coda kernels).
+
+    TARGETS are build directories, spec files (their latest build under --builds, built from
+    the spec's current content), or results .json files from an earlier run (re-rendered, no
+    GPU). Targets are checked before the GPU is looked for. {_exits(0, 1, 2, 4)} 2: invalid
+    arguments or targets; 1: a tool failure or no case could run; 4: no GPU.
+    """
+
+
+@main.command(
+    short_help="Time built chains against cuBLAS SoL, eager, torch.compile, Liger.",
+    help=BENCH_HELP,
+)
 @click.argument("targets", nargs=-1)
 @_timing_options
 @click.option(
     "--baselines",
     default="eager,compile,liger",
     show_default=True,
-    help="Baselines to time (any of eager, compile, liger; 'none' for SoL only).",
+    help="Baselines to time (any of eager, compile, liger; 'none' for SoL only). The "
+    "catalogue's eager and Liger baselines live in the repository's benchmarks/baselines/ "
+    "(a source checkout); elsewhere eager evaluates each spec's equivalent_to.",
 )
 @click.option("--no-kernels", is_flag=True, help="Do not time each coda kernel alone.")
-@click.option("--out", default=None, help="Results directory [default: build/bench].")
+@click.option(
+    "--out",
+    default=None,
+    help="Results directory [default: build/bench]; with --plot, where the PNGs go "
+    "[default: beside the results JSON].",
+)
 @click.option("--compare", default=None, help="An earlier results JSON to compare against.")
 @click.option("--plot", default=None, help="Draw one PNG per chain from this results JSON.")
 @click.option("--markdown", is_flag=True, help="Results mode: print the summary as markdown.")
 def bench(
     targets,
     m_text,
-    dims_text,
+    dims,
     width_text,
     baselines,
     rounds,
@@ -492,12 +627,6 @@ def bench(
     plot,
     markdown,
 ):
-    """Time built chains on a CUDA GPU (never compiles coda kernels).
-
-    TARGETS are build directories, spec files (their latest build under --builds), or results
-    .json files from an earlier run (re-rendered, no GPU). Exit status: 0 ok, 1 tool failure,
-    2 invalid arguments, 4 no GPU.
-    """
     _need_torch("coda bench", "on a GPU machine, the CUDA build you already use")
     from coda_spec.bench import command as C
 
@@ -511,7 +640,7 @@ def bench(
         args = C.Args(
             targets=tuple(targets),
             ms=C.parse_ints(m_text, "--m"),
-            dims=C.parse_dims(dims_text),
+            dims=dims,
             widths=C.parse_ints(width_text, "--width"),
             baselines=names,
             rounds=rounds,
@@ -529,8 +658,20 @@ def bench(
     _exit_timing(run)
 
 
+TUNE_HELP = f"""Time every variant of each multi-variant kernel on a CUDA GPU; record the pick.
+
+    TARGETS are build directories or spec files (their latest build under --builds, built from
+    the spec's current content); they are checked before the GPU is looked for. A variant other
+    than the fallback (the build's first config) is picked only if it is clearly faster
+    (--margin); the picks are merged into --out, keyed by build directory name; coda_spec.load
+    uses them (see docs/tuning.md). {_exits(0, 1, 2, 4)} 2: invalid arguments or targets; 1: a
+    tool failure; 4: no GPU.
+    """
+
+
 @main.command(
     short_help="Pick each kernel's fastest tile-config variant per shape.",
+    help=TUNE_HELP,
     # more rounds than bench's 20: picks within a few percent need them (docs/tuning.md)
     context_settings={"default_map": {"rounds": TUNE_ROUNDS}},
 )
@@ -549,15 +690,7 @@ def bench(
     help="A variant replaces the fallback only if its median is this fraction below the "
     "fallback's (and its p80 below the fallback's median); 0 <= margin < 1.",
 )
-def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, builds, margin):
-    """Time every variant of each multi-variant kernel on a CUDA GPU; record the pick.
-
-    TARGETS are build directories or spec files (their latest build under --builds). A variant
-    other than the fallback (the build's first config) is picked only if it is clearly faster
-    (--margin); the picks are merged into --out, keyed by build directory name; coda_spec.load
-    uses them (see docs/tuning.md). Exit status: 0 ok, 1 tool failure, 2 invalid arguments,
-    4 no GPU.
-    """
+def tune(targets, m_text, dims, width_text, rounds, warmup, seed, out, builds, margin):
     _need_torch("coda tune", "on a GPU machine, the CUDA build you already use")
     from coda_spec import tune as T
     from coda_spec.bench import command as C
@@ -566,7 +699,7 @@ def tune(targets, m_text, dims_text, width_text, rounds, warmup, seed, out, buil
         args = T.Args(
             targets=tuple(targets),
             ms=C.parse_ints(m_text, "--m"),
-            dims=C.parse_dims(dims_text),
+            dims=dims,
             widths=C.parse_ints(width_text, "--width"),
             rounds=rounds,
             warmup=warmup,
@@ -599,14 +732,21 @@ def primitives():
 
 
 def run():
-    """Console-script entry: no traceback ever reaches the user."""
+    """Console-script entry: no traceback ever reaches the user, and a Ctrl-C exits
+    ``EXIT_INTERRUPTED`` from every command (click's own handler would print 'Aborted!' and
+    exit 1, so click runs without its standalone mode and its exceptions are handled here)."""
     try:
-        main(standalone_mode=True)
+        rv = main(standalone_mode=False)
     except SystemExit:
         raise
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:  # a usage error: click's message, its exit status (2)
+        e.show()
+        sys.exit(e.exit_code)
     except Exception as e:  # noqa: BLE001 - the last line of defence
         if os.environ.get("CODA_DEBUG"):
             raise
@@ -615,6 +755,7 @@ def run():
             err=True,
         )
         sys.exit(EXIT_TOOL_FAILURE)
+    sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
 
 if __name__ == "__main__":

@@ -194,6 +194,21 @@ class DimError(ValueError):
         self.hint = hint
 
 
+def dynamic_dim(dims) -> str | None:
+    """The name of the dynamic dim of ``dims`` -- a spec's ``Dim``s (``.name``, ``.size``) or a
+    manifest's ``dims`` mapping (name -> size, None when dynamic) -- or None when every dim is
+    static. The rule every consumer assumes: at most one dim is dynamic (the rows, M); the
+    runtime binds it from the inputs, ``bench --m`` and verify's cases size it. More than one
+    is a :class:`DimError`."""
+    pairs = dims.items() if hasattr(dims, "items") else ((d.name, d.size) for d in dims)
+    names = [name for name, size in pairs if size is None]
+    if len(names) > 1:
+        raise DimError(
+            f"dims {', '.join(names)} are all dynamic; coda allows one dynamic dim (the rows, M)"
+        )
+    return names[0] if names else None
+
+
 def _parse(expr: str) -> ast.expr:
     from coda_spec.expr import too_deep
 
@@ -354,3 +369,21 @@ def cdiv(extent: Folded, block: int) -> Folded:
 
 def show(folded: tuple[Folded, ...]) -> str:
     return "[" + ", ".join(str(d) for d in folded) + "]"
+
+
+def parse_dims(text: str | None) -> dict:
+    """``--dims NAME=INT,...`` (``M=4096,D=1000``) -> {name: size}; "" or None -> {}. The one
+    parser of the option ``verify``, ``bench`` and ``tune`` share. Raises DimError."""
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        try:
+            size = int(value)
+        except ValueError:
+            size = None
+        if not eq or not name.strip().isidentifier() or size is None:
+            raise DimError(f"--dims {text!r}: expected NAME=INT,... e.g. D=2048,F=5632")
+        out[name.strip()] = size
+    return out

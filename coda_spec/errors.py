@@ -84,9 +84,10 @@ EXIT_CODES = (
 )
 
 
-def exit_summary() -> str:
-    """``0 ok, 1 tool failure, ...``: the table in one line, for help texts."""
-    return ", ".join(f"{e.code} {e.short}" for e in EXIT_CODES)
+def exit_summary(*codes: int) -> str:
+    """``0 ok, 1 tool failure, ...``: the table (or the rows of ``codes``, in table order) in
+    one line, for help texts."""
+    return ", ".join(f"{e.code} {e.short}" for e in EXIT_CODES if not codes or e.code in codes)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,35 @@ class ItemError(Exception):
 
 class ToolError(Exception):
     """coda itself (or something it drives) failed; the spec may be fine. Exit code 1."""
+
+
+class UsageError(ValueError):
+    """Bad arguments or targets: a path that is neither a build nor a spec, a folder without
+    specs, a spec whose newest build is of other content (run ``coda build``). Exit code 2.
+    ``where``: the argument at fault (printed first: ``WHERE: error: MESSAGE``)."""
+
+    def __init__(self, message: str, where=None):
+        super().__init__(message)
+        self.where = where
+
+
+def exit_status(exc: BaseException) -> int:
+    """The one exception -> exit status rule of every coda command (``EXIT_CODES``).
+
+    A Ctrl-C is ``EXIT_INTERRUPTED``; an invalid spec (:class:`SpecError`) and bad arguments or
+    targets (:class:`UsageError`, and any ``ValueError``: what argument parsers raise) are
+    ``EXIT_INVALID_SPEC``; everything else -- :class:`ToolError`, ``OSError``, the runtime's
+    refusals, a bug -- is ``EXIT_TOOL_FAILURE``. ``ToolError`` is tested before ``ValueError``
+    so that a tool failure that also is a ``ValueError`` stays one."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, (SpecError, UsageError)):
+        return EXIT_INVALID_SPEC
+    if isinstance(exc, ToolError):
+        return EXIT_TOOL_FAILURE
+    if isinstance(exc, ValueError):
+        return EXIT_INVALID_SPEC
+    return EXIT_TOOL_FAILURE
 
 
 def in_order(diags) -> list[Diagnostic]:

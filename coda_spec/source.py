@@ -340,3 +340,68 @@ def load_source(path: str | Path) -> Source:
 def decode_bytes(file: str, raw: bytes) -> str:
     """Public wrapper over the size/encoding gate (used by tests and stdin input)."""
     return _decode(file, raw)
+
+
+# -- folder scans ------------------------------------------------------------------------------
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+# Folders a scan never enters (a folder named on the command line is scanned all the same):
+# hidden ones (.git, .venv, .tox, a build's .tmp-*), and these by name ...
+SKIPPED_NAMES = frozenset({"venv", "node_modules", "site-packages", "__pycache__"})
+# ... and any folder holding one of these: a virtual environment (pyvenv.cfg; conda-meta for
+# conda), or a coda build directory (its spec.yaml is a copy of a spec).
+SKIPPED_MARKERS = ("pyvenv.cfg", "conda-meta", "spec.normalized.json")
+
+
+def skipped_folder(path: Path) -> bool:
+    """Whether a folder scan leaves out ``path`` (a folder below the one it was given)."""
+    if path.name.startswith(".") or path.name in SKIPPED_NAMES:
+        return True
+    return any((path / m).exists() for m in SKIPPED_MARKERS)
+
+
+def excluded(rel: str, patterns) -> bool:
+    """``rel`` (a path relative to the folder scanned, '/'-separated) matches an ``--exclude``
+    glob: the whole path (``drafts/*.yaml``), its file name (``*_wip.yaml``) or one of its
+    folders (``drafts``)."""
+    from fnmatch import fnmatchcase
+
+    parts = rel.split("/")
+    return any(fnmatchcase(rel, g) or any(fnmatchcase(p, g) for p in parts) for g in patterns)
+
+
+def spec_files(paths, exclude=()) -> list[Path]:
+    """The spec files named by ``paths``: files as given, folders searched recursively for
+    ``*.yaml``/``*.yml`` (sorted), leaving out :func:`skipped_folder` folders and whatever
+    matches an ``--exclude`` glob (:func:`excluded`). A folder that yields no spec file is a
+    ``UsageError`` naming it, as is an argument list that ``--exclude`` empties."""
+    import os
+
+    from coda_spec.errors import UsageError
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        try:
+            is_dir = p.is_dir()
+        except OSError:  # e.g. a name too long: let the loader report it
+            is_dir = False
+        if not is_dir:
+            if not excluded(p.as_posix(), exclude):
+                out.append(p)
+            continue
+        found = []
+        for top, dirs, files in os.walk(p):
+            here = Path(top)
+            dirs[:] = sorted(d for d in dirs if not skipped_folder(here / d))
+            for f in files:
+                path = here / f
+                rel = path.relative_to(p).as_posix()
+                if path.suffix in SPEC_SUFFIXES and path.is_file() and not excluded(rel, exclude):
+                    found.append(path)
+        if not found:
+            why = ", after --exclude" if exclude else ""
+            raise UsageError(f"no spec files (*.yaml, *.yml) in this folder{why}", p)
+        out += sorted(found)
+    if not out and paths:
+        raise UsageError(f"no spec files left after --exclude {' '.join(exclude)}")
+    return out

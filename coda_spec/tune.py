@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coda_spec.config import config_text
+from coda_spec.dims import dynamic_dim
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
 from coda_spec.tune_table import DEFAULT_DIR, FORMAT, check_margin, read_file, validate
 
@@ -261,7 +262,7 @@ def tune_shape(
     clock.resolve([])  # waits for the device
     declared = checked.spec.dim_sizes()
     static = {k: v for k, v in sizes.items() if declared.get(k) is not None}
-    dynamic = [d.name for d in checked.spec.dims if d.size is None]
+    dynamic = dynamic_dim(checked.spec.dims)
     out = []
     for s in steps:
         if not chain.launches(s, sizes):  # an empty GEMM: no kernel runs, nothing to pick
@@ -288,7 +289,7 @@ def tune_shape(
                 kernel=s.name,
                 sizes=dict(sizes),
                 static=static,
-                m=int(sizes[dynamic[0]]) if dynamic else 0,
+                m=int(sizes[dynamic]) if dynamic else 0,
                 names=names,
                 ms={n: stats[n].median_ms for n in names if n in stats},
                 failed=dict(failed),
@@ -518,8 +519,9 @@ def _echo(text: str, err: bool = False) -> None:
 def main(args: Args, load_chain, has_gpu, run=None) -> int:
     """Run ``coda tune``; returns the exit status. ``load_chain``/``has_gpu``: the CLI's seams;
     ``run``: :func:`run_tune` (tests substitute one with a fake clock and device)."""
-    from coda_spec.bench.command import command_line, options, timing_targets
+    from coda_spec.bench.command import build_dirs, command_line, options, timing_targets
 
+    directories = build_dirs(args.targets, args.builds, "tune")
     if not has_gpu():
         _echo(
             "error: coda tune times kernel variants on a CUDA GPU; none here (run it where the "
@@ -528,7 +530,7 @@ def main(args: Args, load_chain, has_gpu, run=None) -> int:
         )
         return EXIT_NO_GPU
     opts = options(args, baselines=(), kernels=False)
-    targets = timing_targets(args, load_chain, "tune")
+    targets = timing_targets(directories, load_chain)
     result = (run or run_tune)(targets, opts, command_line("tune"), margin=args.margin)
     _echo(render_table(result))
     if not result.results:

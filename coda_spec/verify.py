@@ -40,7 +40,6 @@ EXIT_INVALID_SPEC, EXIT_TOOL_FAILURE, EXIT_NO_GPU (the reference-side checks ran
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from coda_spec import suits
 from coda_spec.config import config_text
@@ -100,10 +99,12 @@ def cases(
     tile_n: int = 256,
 ) -> list[tuple[str, dict]]:
     """The shape cases; ``tile_n``: the tile the ragged case's static dims are nudged off."""
-    dyn = [d.name for d in checked.spec.dims if d.size is None]
+    from coda_spec.dims import dynamic_dim
+
+    dyn = dynamic_dim(checked.spec.dims)
 
     def with_m(m, extra=None):
-        return {**{n: m for n in dyn}, **(extra or {})}
+        return {**({dyn: m} if dyn else {}), **(extra or {})}
 
     if dims:
         return [("dims", {**with_m(REAL_M), **dims})]
@@ -393,26 +394,3 @@ def reference_only(checked, seed: int) -> Report:
         math_proof(checked, seed),
         skipped="no CUDA GPU: kernel numerics were NOT run",
     )
-
-
-def resolve(target: str, out: Path = Path("build"), command: str = "verify") -> Path:
-    """A build directory, or a spec file -> its latest existing build (never compiles)."""
-    p = Path(target)
-    if p.is_dir() and (p / "manifest.json").is_file():
-        return p
-    if p.is_file() and p.suffix in (".yaml", ".yml"):
-        from coda_spec.frontend import check_file
-
-        name = check_file(p).spec.name
-        latest = out / f"{name}-latest"
-        if (latest / "manifest.json").is_file():
-            return latest
-        from coda_spec.errors import ToolError
-
-        raise ToolError(
-            f"{target}: no build of '{name}' under {out}/; run coda build first "
-            f"({command} never compiles)"
-        )
-    from coda_spec.errors import ToolError
-
-    raise ToolError(f"{target}: not a build directory (no manifest.json) nor a spec file")

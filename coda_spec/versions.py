@@ -14,12 +14,24 @@ from importlib import metadata
 DISTRIBUTIONS = ("coda-spec", "quack-kernels", "nvidia-cutlass-dsl", "apache-tvm-ffi")
 
 
+# What ``coda --version`` names: coda, the build's tools, and what compiles or runs the rest.
+STACK = DISTRIBUTIONS + ("triton", "torch")
+
+
+def version(dist: str) -> str:
+    """The installed version of distribution ``dist`` (package metadata: nothing is imported),
+    or "not installed"."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def tool_versions() -> dict:
     """{distribution: installed version, or "not installed"} for ``DISTRIBUTIONS``."""
-    out = {}
-    for dist in DISTRIBUTIONS:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    return {dist: version(dist) for dist in DISTRIBUTIONS}
+
+
+def stack_versions() -> list[tuple[str, str]]:
+    """(name, version) for ``coda --version``: ``coda`` first, then ``STACK``."""
+    return [("coda", version("coda-spec"))] + [(d, version(d)) for d in STACK[1:]]

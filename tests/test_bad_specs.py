@@ -366,10 +366,10 @@ def test_exit_code_missing_file():
 
 
 def test_exit_code_unreadable_path(tmp_path):
-    """A folder holding no spec at all is a tool failure (1), not an invalid spec."""
+    """A folder holding no spec at all is a bad target (2, as in every command), named."""
     result = coda_check(str(tmp_path))
-    assert result.exit_code == EXIT_TOOL_FAILURE
-    assert "no spec files under" in result.output
+    assert result.exit_code == EXIT_INVALID_SPEC
+    assert f"{tmp_path}: error: no spec files" in result.output
 
 
 def test_exit_code_missing_file_wins():

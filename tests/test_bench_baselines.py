@@ -1,4 +1,6 @@
-"""The bench baselines (``coda_spec.bench.baselines``) on CPU: right values, right registry.
+"""The bench baselines on CPU: right values, right registry. The contract and the
+``equivalent_to`` fallback are ``coda_spec.bench.baselines``; the catalogue's eager and Liger
+baselines live in the repository, ``benchmarks/baselines/`` (imported as ``benchmarks.baselines``).
 
 * eager, every bundled spec at small dims (``mathcheck.small``), fixed seed: in fp64 each output
   equals the reference interpreter's fp64 value to 1e-6 relative; at the declared dtypes (bf16)
@@ -28,10 +30,12 @@ from functools import cache
 import pytest
 import torch
 
-from coda_spec.bench import baselines
-from coda_spec.bench import liger as liger_mod
-from coda_spec.bench.baselines import EAGER, FALLBACK, eager
-from coda_spec.bench.liger import LIGER, halves_index, liger, rotate_half_index
+from benchmarks.baselines import common as baselines
+from benchmarks.baselines import liger as liger_mod
+from benchmarks.baselines.eager import EAGER
+from benchmarks.baselines.liger import LIGER, halves_index, rotate_half_index
+from coda_spec.bench import baselines as B
+from coda_spec.bench.baselines import FALLBACK, eager, liger
 from coda_spec.frontend import check_file
 from coda_spec.inputs import make_grads, make_inputs
 from coda_spec.mathcheck import sizes_of, small
@@ -366,3 +370,27 @@ def test_liger_numerics_interpreted(liger_interpreted, stem):
     assert errs, "nothing compared"
     bad = {k: v for k, v in errs.items() if not v <= 1e-5}
     assert not bad, bad
+
+
+def test_without_the_catalogue_liger_is_a_clear_error_and_eager_falls_back(monkeypatch, tmp_path):
+    """An installed coda has no benchmarks/: liger says where the catalogue lives, eager times
+    the spec's equivalent_to and its note says why."""
+    from coda_spec.errors import ToolError
+
+    monkeypatch.delitem(sys.modules, B.CATALOGUE)
+    monkeypatch.setenv(B.CATALOGUE_ENV, str(tmp_path / "nowhere"))
+    checked, sizes = _case("f1_residual_rmsnorm")
+    with pytest.raises(ToolError, match="benchmarks/baselines/, not in the installed package"):
+        liger(checked, sizes)
+    base = eager(checked, sizes)
+    assert base.note.startswith(FALLBACK) and "no catalogue baselines" in base.note
+    assert B.CATALOGUE not in sys.modules
+
+
+def test_the_catalogue_loads_by_path_from_the_checkout(monkeypatch):
+    """What coda bench does from any folder: the checkout's benchmarks/baselines/, by path."""
+    monkeypatch.delitem(sys.modules, B.CATALOGUE)
+    monkeypatch.delenv(B.CATALOGUE_ENV, raising=False)
+    module = B.catalogue()
+    assert module.__file__ == str(ROOT / "benchmarks" / "baselines" / "__init__.py")
+    assert set(module.EAGER) == set(EAGER)

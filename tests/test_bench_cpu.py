@@ -281,9 +281,13 @@ def test_memory_chain_has_roofline_sol(tmp_path, cpu_chain):
 # -- the CLI -----------------------------------------------------------------------------------
 
 
-def test_bench_without_gpu_exits_4(monkeypatch):
+def test_bench_without_gpu_exits_4(monkeypatch, tmp_path):
+    from tests.test_cli import _fake_build
+
+    spec = ROOT / "specs" / "f8_scale.yaml"
+    _fake_build(tmp_path, spec)
     monkeypatch.setattr(cli, "_has_gpu", lambda: False)
-    res = CliRunner().invoke(cli.main, ["bench", str(ROOT / "specs" / "f8_scale.yaml")])
+    res = CliRunner().invoke(cli.main, ["bench", str(spec), "--builds", str(tmp_path)])
     assert res.exit_code == 4, res.output
     assert "--plot results.json" in res.output
 
@@ -345,10 +349,12 @@ def test_bad_arguments_exit_2(argv, msg):
     assert res.exit_code == 2 and msg in res.output, res.output
 
 
-def test_unknown_target_is_a_tool_failure(monkeypatch, tmp_path):
+def test_unknown_target_is_a_bad_argument(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "_has_gpu", lambda: True)
     res = CliRunner().invoke(cli.main, ["bench", str(tmp_path / "nope")])
-    assert res.exit_code == 1 and "not a build directory" in res.output, res.output
+    assert res.exit_code == 2 and "no such build directory" in res.output, res.output
+    res = CliRunner().invoke(cli.main, ["bench", str(tmp_path)])
+    assert res.exit_code == 2 and "not a build directory" in res.output, res.output
 
 
 def test_several_results_merge_into_one_run(tmp_path, monkeypatch):
@@ -445,7 +451,7 @@ def test_a_spec_without_a_build_says_run_coda_build(monkeypatch, tmp_path):
     res = CliRunner().invoke(
         cli.main, ["bench", str(ROOT / "specs" / "f8_scale.yaml"), "--builds", str(tmp_path)]
     )
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == 2, res.output
     assert "no build of 'f8_scale'" in res.output and "(bench never compiles)" in res.output
 
 

@@ -18,7 +18,8 @@ import time
 import pytest
 
 from coda_spec import artifact
-from coda_spec.build import BuildOptions, build_spec, prune
+from coda_spec.build import BuildOptions, build_spec
+from coda_spec.builddir import prune
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.module import kernel_steps
@@ -165,7 +166,7 @@ def test_killed_build_leaves_nothing_that_looks_complete(tmp_path):
     for sub in tmp_path.iterdir():
         assert sub.name.startswith(".tmp-") or not sub.is_dir(), sub
         assert not (sub / "manifest.json").exists()
-    removed = prune(tmp_path, {})
+    removed = prune(tmp_path, [])
     assert all(p.name.startswith(".tmp-") for p in removed)
     assert not any(tmp_path.iterdir())
 

@@ -314,7 +314,7 @@ def test_directory_as_path_cli(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     code, out = _cli([empty])
-    assert code == 1 and "no spec files" in out
+    assert code == 2 and f"{empty}: error: no spec files" in out
 
     full = tmp_path / "full"
     (full / "nested.yaml").mkdir(parents=True)  # a directory that looks like a spec
@@ -324,7 +324,7 @@ def test_directory_as_path_cli(tmp_path):
     assert "1 spec(s): 1 valid" in out
 
     code, out = _cli([full / "nested.yaml"])  # a directory named like a spec
-    assert code == 1 and "no spec files" in out
+    assert code == 2 and "no spec files" in out
 
 
 def test_missing_file(tmp_path):

@@ -591,9 +591,13 @@ def _cli(args):
     return CliRunner().invoke(cli.main, ["tune", *args])
 
 
-def test_tune_without_gpu_exits_4(monkeypatch):
+def test_tune_without_gpu_exits_4(monkeypatch, tmp_path):
+    from tests.test_cli import _fake_build
+
+    spec = ROOT / "specs" / "f8_scale.yaml"
+    _fake_build(tmp_path, spec)
     monkeypatch.setattr(cli, "_has_gpu", lambda: False)
-    res = _cli([str(ROOT / "specs" / "f8_scale.yaml")])
+    res = _cli([str(spec), "--builds", str(tmp_path)])
     assert res.exit_code == 4, res.output
     assert "coda tune times kernel variants on a CUDA GPU; none here" in res.output
 

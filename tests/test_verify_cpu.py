@@ -351,15 +351,15 @@ def test_cli_runs_the_sanitizer_only_when_asked(flag, checked_specs, tmp_path, m
 
 
 def test_cli_spec_without_build(tmp_path):
-    """A spec with no build under --out is a tool error (exit 1): verify never compiles."""
-    res = _verify(["specs/f8_scale.yaml", "-o", str(tmp_path / "nothing")])
-    assert res.exit_code == 1
+    """A spec with no build under --builds is a bad target (exit 2): verify never compiles."""
+    res = _verify(["specs/f8_scale.yaml", "--builds", str(tmp_path / "nothing")])
+    assert res.exit_code == 2
     assert "run coda build first" in res.stderr
 
 
 def test_cli_not_a_build(tmp_path):
     res = _verify([str(tmp_path)])
-    assert res.exit_code == 1
+    assert res.exit_code == 2
     assert "not a build directory" in res.stderr
 
 

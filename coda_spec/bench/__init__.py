@@ -5,8 +5,9 @@ Layer map (each module points only down this list):
 * ``command``   -- what the CLI's arguments mean: timing mode or results mode, outputs, exit codes;
 * ``driver``    -- per chain and shape: dims, inputs, candidates, agreement check, timing; needs
   a CUDA GPU and a build, never compiles coda kernels;
-* ``baselines`` -- the unfused chains as users write them (eager PyTorch, one function per
-  catalogue chain; Liger Kernel where it has the op; ``equivalent_to`` for any other spec);
+* ``baselines`` -- the baseline contract and the ``equivalent_to`` fallback; the catalogue's own
+  baselines (eager PyTorch, one function per bundled chain; Liger Kernel where it has the op)
+  live in the repository's ``benchmarks/baselines/``, loaded from the checkout;
 * ``timing``    -- interleaved rounds, L2 flush, median and p20/p80 (a ``Clock`` seam for tests);
 * ``roofline``  -- GEMM flops, minimum bytes, speed of light, from a manifest;
 * ``report``    -- terminal table, CSV, comparison, charts, all from ``model`` values;

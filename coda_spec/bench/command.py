@@ -54,15 +54,6 @@ def parse_ints(text: str | None, what: str) -> tuple:
         raise ValueError(f"{what} {text!r}: expected integers separated by commas") from e
 
 
-def parse_dims(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        return {k.strip(): int(v) for k, v in (p.split("=") for p in text.split(","))}
-    except ValueError as e:
-        raise ValueError(f"--dims {text!r}: expected NAME=INT,... e.g. D=2048,F=5632") from e
-
-
 def _read_results(path: Path):
     from coda_spec.bench.model import loads
 
@@ -76,15 +67,17 @@ def _echo(text: str, err: bool = False) -> None:
     print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 
-def timing_targets(args, load_chain, command: str) -> list:
-    """(build directory, loaded chain) per target (a spec means its latest build)."""
-    from coda_spec.verify import resolve
+def build_dirs(targets, builds: Path, command: str) -> list[Path]:
+    """The build directory of each target (a spec means its latest build, which must be of the
+    spec's current content: ``builddir.resolve``); checked before any GPU is looked for."""
+    from coda_spec.builddir import resolve
 
-    out = []
-    for t in args.targets:
-        directory = resolve(t, args.builds, command=command)
-        out.append((directory, load_chain(directory)))
-    return out
+    return [resolve(t, builds, command=command) for t in targets]
+
+
+def timing_targets(directories, load_chain) -> list:
+    """(build directory, loaded chain) per build directory."""
+    return [(d, load_chain(d)) for d in directories]
 
 
 def options(args, **extra):
@@ -133,6 +126,11 @@ def main(args: Args, load_chain, has_gpu) -> int:
         return EXIT_OK
     status = EXIT_OK
     if timing:
+        directories = build_dirs(timing, args.builds, "bench")
+        if "liger" in args.baselines:  # the catalogue's (a source checkout): say so before timing
+            from coda_spec.bench.baselines import catalogue
+
+            catalogue()
         if not has_gpu():
             _echo(
                 "error: coda bench times kernels on a CUDA GPU; none here. Charts and "
@@ -143,7 +141,7 @@ def main(args: Args, load_chain, has_gpu) -> int:
         from coda_spec.bench.driver import run_bench
 
         opts = options(args, baselines=args.baselines, kernels=args.kernels)
-        targets = timing_targets(args, load_chain, "bench")
+        targets = timing_targets(directories, load_chain)
         run = run_bench(targets, opts, command_line("bench"))
         out = args.out or Path("build/bench")
         out.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ import torch
 from coda_spec.bench import roofline as R
 from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
 from coda_spec.bench.timing import Clock, time_interleaved
+from coda_spec.dims import dynamic_dim
 from coda_spec.errors import ToolError
 from coda_spec.runtime.plan import FallbackRefused, resized_manifest
 from coda_spec.suits import refusal
@@ -89,15 +90,14 @@ def width_dims(spec, width: int) -> dict:
 def shapes(spec, opts: Options) -> list[dict]:
     """Every dims binding to run ``spec`` at: widths x M values, static dims overridden."""
     have = {d.name for d in spec.dims if d.size is not None}
-    dynamic = [d.name for d in spec.dims if d.size is None]
+    dynamic = dynamic_dim(spec.dims)
     static = {k: v for k, v in opts.dims.items() if k in have}
     widths = [width_dims(spec, w) for w in opts.widths] or [{}]
+    every = {d.name: d.size for d in spec.dims}
     out = []
     for w in widths:
         for m in opts.ms:
-            out.append(
-                {**{d.name: d.size for d in spec.dims}, **w, **static, **{n: m for n in dynamic}}
-            )
+            out.append({**every, **w, **static, **({dynamic: m} if dynamic else {})})
     return out
 
 
@@ -197,7 +197,7 @@ def _grad_map(checked) -> tuple[dict, dict]:
 def _mark_dynamic(checked, args: dict) -> None:
     """Tell torch.compile which axes are the spec's dynamic dims (M): one graph serves every M
     at these static dims, and the static dims stay static (what a training job sees)."""
-    dynamic = {d.name for d in checked.spec.dims if d.size is None}
+    dynamic = {dynamic_dim(checked.spec.dims)} - {None}
     for t in checked.spec.tensors:
         x = args.get(t.name)
         if isinstance(x, torch.Tensor):
@@ -335,9 +335,7 @@ def _baseline_candidates(checked, manifest, sizes, opts, low, grads, compiled) -
     if "eager" in opts.baselines or "compile" in opts.baselines:
         bases["eager"] = B.eager(checked, sizes)
     if "liger" in opts.baselines:
-        from coda_spec.bench.liger import liger
-
-        lig = liger(checked, sizes)
+        lig = B.liger(checked, sizes)
         if lig is not None:
             bases["liger"] = lig
     for name in opts.baselines:

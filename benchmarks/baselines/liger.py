@@ -1,9 +1,10 @@
 """The Liger Kernel baselines of ``coda bench``: cuBLAS GEMMs plus Liger's kernels, per chain.
 
-Layer map: bench.driver -> bench.liger -> bench.baselines (the :class:`Baseline` contract, the
-shared helpers); ``liger_kernel`` (and triton) imported only inside the functions, so this module
-imports on a machine without Liger and without a GPU. The contract, and why Liger gets the
-setup it gets (its own layouts, tables and in-place kernels), are in ``bench.baselines``.
+Layer map: coda_spec.bench.baselines (``liger``) -> here -> coda_spec.bench.baselines (the
+:class:`Baseline` contract) and ``.common`` (the shared helpers); ``liger_kernel`` (and triton)
+imported only inside the functions, so this module imports on a machine without Liger and
+without a GPU. The contract, and why Liger gets the
+setup it gets (its own layouts, tables and in-place kernels), are in this package's ``__init__``.
 
 :func:`liger` returns None for a chain Liger has no op for (``f8_scale``), for a spec outside
 the catalogue, where the chain's heads do not fit, and when ``liger_kernel`` does not import.
@@ -16,13 +17,9 @@ from types import MappingProxyType
 
 import torch
 
-from coda_spec.bench.baselines import (
-    EPS,
-    IGNORE,
-    Baseline,
-    Impl,
-    bind,
-)
+from coda_spec.bench.baselines import Baseline, Impl, bind
+
+from .common import EPS, IGNORE
 
 ROPE_HEAD_DIM = 128  # Liger's RoPE needs heads; specs without a head_dim dim use Llama's
 _LIGER_LLAMA_CASTING = 0  # liger_kernel's "llama" casting mode, as its backward kernels take it

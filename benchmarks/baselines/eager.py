@@ -1,0 +1,165 @@
+"""eager: one plain PyTorch function per catalogue chain (:data:`EAGER`, keyed by spec name),
+written the way a practitioner writes the unfused chain (the contract:
+``coda_spec.bench.baselines``; why: this package's ``__init__``)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import torch
+import torch.nn.functional as F
+
+from coda_spec.bench.baselines import Impl
+from coda_spec.bench.baselines import grad_leaf as _grad_leaf
+
+from .common import EPS, IGNORE, rms, rope, rope_tables, rstd, upcast
+
+
+def _eager_f1(t, sizes):
+    x1 = t["x"] + t["y"] @ t["w_o"].T
+    return {"x1": x1, "h": x1 * t["gamma"], "r": rstd(x1)}
+
+
+def _eager_f2(t, sizes):
+    """The norm before the GEMM, as unfused code has it (the saved ``r`` is not read)."""
+    return {"out": rms(t["h"]) @ t["w"].T}
+
+
+def _swiglu_pairs(z):
+    return F.silu(z[:, 0::2]) * z[:, 1::2]
+
+
+def _eager_f3(t, sizes):
+    z = rms(t["h"]) @ t["w_gu"].T
+    return {"z": z, "out": _swiglu_pairs(z)}
+
+
+def _eager_f4(t, sizes):
+    return {"qkv": rope(rms(t["h"]) @ t["w_qkv"].T, t["_cos"], t["_sin"])}
+
+
+def _lse_and_target(logits, target):
+    lf = upcast(logits)
+    picked = lf.gather(1, target.clamp(min=0).long()[:, None])[:, 0]
+    target_logit = torch.where(target == IGNORE, torch.zeros_like(picked), picked)
+    return {"lse": torch.logsumexp(lf, -1), "target_logit": target_logit}
+
+
+def _eager_f5(t, sizes):
+    return _lse_and_target(rms(t["h"]) @ t["w_lm"].T, t["target"])
+
+
+def _eager_f6_lse(t, sizes):
+    return _lse_and_target(t["x"] @ t["w_lm"].T, t["target"])
+
+
+def _eager_f6_rope(t, sizes):
+    return {"qkv": rope(t["x"] @ t["w_qkv"].T, t["_cos"], t["_sin"])}
+
+
+def _eager_f6_swiglu(t, sizes):
+    z = t["x"] @ t["w_gu"].T
+    return {"z": z, "out": _swiglu_pairs(z)}
+
+
+def _eager_f7_qk_norm_rope(t, sizes):
+    hd = sizes["head_dim"]
+    z = rms(t["h"]) @ t["w_qk"].T
+    zn = rms(z.unflatten(1, (-1, hd))) * t["wn"].view(-1, hd)
+    return {"qk": rope(zn.flatten(1), t["_cos"], t["_sin"])}
+
+
+def _eager_f7_qkv_head_sumsq(t, sizes):
+    qkv = rms(t["h"]) @ t["w_qkv"].T
+    return {"qkv": qkv, "head_rstd": rstd(qkv.unflatten(1, (-1, sizes["head_dim"])))}
+
+
+def _eager_f8(t, sizes):
+    """Two GEMMs as the spec's two kernels, each scale a separate elementwise pass."""
+    return {
+        "y_imm": (t["x"] @ t["w"].T) * 128.0**-0.5,
+        "y_dev": t["alpha"] * (t["x"] @ t["w"].T),
+    }
+
+
+def _eager_rmsnorm_chain(t, sizes):
+    x1 = t["x"] + t["y"] @ t["w_o"].T
+    out = F.rms_norm(x1, (sizes["D"],), t["gamma"], EPS) @ t["w_up"].T
+    return {"x1": x1, "r": rstd(x1), "out": out}
+
+
+def _eager_llama_block(t, sizes):
+    """Forward only, differentiable ops only: the driver's autograd gives the backward."""
+    d = (sizes["D"],)
+    x1 = t["x0"] + t["y"] @ t["w_o"].T
+    z1 = F.rms_norm(x1, d, t["gamma1"], EPS) @ t["w_gu"].T
+    x2 = x1 + _swiglu_pairs(z1) @ t["w_down"].T
+    qkv = rope(F.rms_norm(x2, d, t["gamma2"], EPS) @ t["w_qkv"].T, t["_cos"], t["_sin"])
+    return {"x1": x1, "r1": rstd(x1), "z1": z1, "x2": x2, "r2": rstd(x2), "qkv": qkv}
+
+
+def _eager_b1(t, sizes):
+    """Autograd: recompute v = rms_norm(x, gamma) and backpropagate g = dz @ w_next through it
+    (the saved ``r`` and ``zdz`` are not read: autograd's norm backward recomputes its own)."""
+    g = t["dz"] @ t["w_next"]
+    with torch.enable_grad():
+        x, gamma = _grad_leaf(t["x"]), _grad_leaf(t["gamma"])
+        v = F.rms_norm(x, (sizes["D"],), gamma, EPS)
+        dx, dgamma = torch.autograd.grad(v, (x, gamma), g)
+    return {"dx": t["dres"] + dx, "v": v.detach(), "dgamma": upcast(dgamma)}
+
+
+def _eager_b2(t, sizes):
+    """Autograd: the SwiGLU backward of h = silu(z[:, 0::2]) * z[:, 1::2] (h recomputed)."""
+    dh = t["dout"] @ t["w_down"]
+    with torch.enable_grad():
+        z = _grad_leaf(t["z"])
+        h = _swiglu_pairs(z)
+        (dz,) = torch.autograd.grad(h, z, dh)
+    zdz = (upcast(t["z"]) * upcast(dz)).sum(-1) / sizes["D"]
+    return {"dz": dz, "h": h.detach(), "zdz": zdz}
+
+
+def _eager_b3(t, sizes):
+    """Explicit formula: dz = R^T dy (rotate by -theta); zdz = (1/D) y.dy, since a rotation
+    keeps dot products (z.dz = y.dy)."""
+    dz = rope(t["dy"], t["_cos"], t["_sin"], inverse=True)
+    return {"dz": dz, "zdz": (upcast(t["y"]) * upcast(t["dy"])).sum(-1) / sizes["D"]}
+
+
+def _eager_b4(t, sizes):
+    """Autograd: ``F.cross_entropy`` on fp32-upcast logits (as HF computes its loss), reduction
+    'none', and its gradient for the incoming ``dloss`` (the saved ``lse`` is not read)."""
+    with torch.enable_grad():
+        logits = _grad_leaf(t["logits"])
+        loss = F.cross_entropy(
+            upcast(logits), t["target"].long(), ignore_index=IGNORE, reduction="none"
+        )
+        (dlogits,) = torch.autograd.grad(loss, logits, t["dloss"])
+    zdz = (upcast(t["logits"]) * upcast(dlogits)).sum(-1) / sizes["D"]
+    return {"loss": loss.detach(), "dlogits": dlogits, "zdz": zdz}
+
+
+_EAGER_ROPE_NOTE = "RoPE cos/sin(pos*freqs) tables built once in prepare, outside timing"
+
+EAGER = MappingProxyType(
+    {
+        "b1_dgrad_rmsnorm_bwd": Impl(_eager_b1),
+        "b2_dgrad_dswiglu": Impl(_eager_b2),
+        "b3_rope_bwd": Impl(_eager_b3, rope_tables, _EAGER_ROPE_NOTE),
+        "b4_ce_fwd_bwd": Impl(_eager_b4),
+        "f1_residual_rmsnorm": Impl(_eager_f1),
+        "f2_deferred_norm": Impl(_eager_f2),
+        "f3_norm_swiglu": Impl(_eager_f3),
+        "f4_norm_rope": Impl(_eager_f4, rope_tables, _EAGER_ROPE_NOTE),
+        "f5_norm_lmhead_lse": Impl(_eager_f5),
+        "f6_lse": Impl(_eager_f6_lse),
+        "f6_rope": Impl(_eager_f6_rope, rope_tables, _EAGER_ROPE_NOTE),
+        "f6_swiglu": Impl(_eager_f6_swiglu),
+        "f7_qk_norm_rope": Impl(_eager_f7_qk_norm_rope, rope_tables, _EAGER_ROPE_NOTE),
+        "f7_qkv_head_sumsq": Impl(_eager_f7_qkv_head_sumsq),
+        "f8_scale": Impl(_eager_f8),
+        "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
+        "rmsnorm_chain": Impl(_eager_rmsnorm_chain),
+    }
+)
