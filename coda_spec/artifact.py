@@ -21,7 +21,7 @@ ragged and ``--dims`` cases, bench) and finalizes run only as compiled kernels; 
 variant's ``name`` (its config text) once, at build. Only format 7 is read: an older build is
 refused; rebuild it (and re-run ``coda tune``: tune files are keyed by the build directory).
 
-Shapes (format 6). Every shape -- ``inputs``, ``outputs``, ``tensors``, ``grads_in``,
+Shapes (format 6 on). Every shape -- ``inputs``, ``outputs``, ``tensors``, ``grads_in``,
 ``backward_outputs``, a kernel step's ``fields`` (and each variant's), ``d``/``c`` and GEMM
 ``m``/``n``/``k``, a finalize's ``n``, a launch's ``grid``/``args``/``outputs`` -- is a list of
 expressions: an int (a literal of the spec), a dim name (``"D"``, or the dynamic ``"M"``),
@@ -109,7 +109,7 @@ def _frozen(d) -> MappingProxyType:
 @dataclass(frozen=True)
 class Field:
     """One entry of a kernel's EpilogueArguments, fed from (or written to) a chain tensor. The
-    lowering declares it (``coda_spec.lower.api``), the manifest records it, the runtime binds
+    lowering declares it (``coda_spec.lower_api``), the manifest records it, the runtime binds
     it."""
 
     name: str  # the QuACK op name (= the EpilogueArguments field)

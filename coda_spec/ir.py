@@ -94,7 +94,8 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Host:
-    """A GEMM-free step (CODA's B3/B4). Runs in torch in v1; same primitive language."""
+    """A GEMM-free step (CODA's B3/B4): a row-wise pass over ``over`` in the same primitive
+    language, compiled at build time to one Triton kernel (``coda_spec.lower.host_kernel``)."""
 
     name: str
     over: str  # the tensor whose shape is the iteration space

@@ -20,7 +20,7 @@ static dims nudged off the tile grid; small: M = 64; or ``--dims``):
 5. ``equivalent_to`` (the unfused math) is evaluated on the same inputs and compared with ref.
 
 Re-sized cases (ragged, ``--dims``) run the build under its manifest with other ``dims``
-(:func:`resized_manifest`): every manifest shape is an expression over the dims (format 6), so
+(:func:`resized_manifest`): every manifest shape is an expression over the dims (format 6 on), so
 nothing is re-lowered; verify imports nothing from ``coda_spec.lower``.
 
 Variants (a kernel compiled at several tile configs, the runtime picking one per shape from a

@@ -36,6 +36,7 @@ layers. The registries are read-only mappings of plain functions: no state lives
 from __future__ import annotations
 
 from .eager import EAGER
-from .liger import LIGER, liger
+from .liger import LIGER
+from .liger import liger as liger_baseline  # not ``liger``: that name is the submodule
 
-__all__ = ["EAGER", "LIGER", "liger"]
+__all__ = ["EAGER", "LIGER", "liger_baseline"]

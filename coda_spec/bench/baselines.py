@@ -185,4 +185,4 @@ def liger(checked, sizes: dict) -> Baseline | None:
     """The cuBLAS + Liger Kernel baseline (the catalogue's), or None where Liger has no op for
     the chain, its heads do not fit or liger_kernel does not import. Raises ``ToolError``
     without the catalogue (:func:`catalogue`)."""
-    return catalogue().liger(checked, sizes)
+    return catalogue().liger_baseline(checked, sizes)

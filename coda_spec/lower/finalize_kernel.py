@@ -69,7 +69,7 @@ from coda_spec.dims import expr_of
 from coda_spec.dims import fold as fold_dim
 from coda_spec.dtypes import dtype
 from coda_spec.finalize import EMPTY_FOLD, FOLD_OPS, OPS, finalize_op
-from coda_spec.lower.triton_aot import TritonKernel
+from coda_spec.lower.triton_aot import MODULE_IMPORTS, TritonKernel
 
 ROLES = ("colred", "rowred", "group_out", "exact")
 FOLDED_ROLES = ("colred", "rowred")  # per-tile partials; group_out and exact are complete
@@ -399,8 +399,7 @@ class _Kernel:
             *textwrap.wrap(consts, 96),
             '"""',
             "",
-            "import triton",
-            "import triton.language as tl",
+            *MODULE_IMPORTS,
             "",
         ]
         if self.role in FOLDED_ROLES and self.fold in ("max", "logsumexp"):

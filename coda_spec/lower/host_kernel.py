@@ -65,7 +65,7 @@ from coda_spec.dtypes import dtype
 from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
 from coda_spec.finalize import finalize_op
 from coda_spec.host_api import LOOP, POST, PRE, WIDE, HostCtx
-from coda_spec.lower.triton_aot import TritonKernel
+from coda_spec.lower.triton_aot import MODULE_IMPORTS, TritonKernel
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import PAIR
 
@@ -315,8 +315,7 @@ def _source(hc: HostCtx, step, entry: str, params: list) -> str:
         *_lanes_note(hc),
         '"""',
         "",
-        "import triton",
-        "import triton.language as tl",
+        *MODULE_IMPORTS,
         "",
         "",
         "@triton.jit",

@@ -55,6 +55,8 @@ from pathlib import Path
 TARGET_ARCH = 90
 KERNEL_DIR = "kernels"  # inside the build directory: <step>.py and <step>.cubin
 ALIGN = 16  # bytes of every pointer; the multiple an ``aligned`` cubin assumes of its i32s
+# What every generated Triton module imports, after its docstring (host and finalize kernels).
+MODULE_IMPORTS = ("import triton", "import triton.language as tl")
 
 
 @dataclass(frozen=True)
