@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from coda_spec.analyze_types import TensorInfo
 from coda_spec.errors import Diagnostic, did_you_mean
+from coda_spec.ir import Loc
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import INDEX_DTYPES
 
@@ -226,7 +227,6 @@ def backward_scope(src, spec, fwd_tensors, inputs, diags, warnings) -> dict:
 
 
 def src_loc(src, path):
-    from coda_spec.ir import Loc
 
     line, col = src.where(path)
     return Loc(line, col, path)

@@ -15,6 +15,7 @@ from coda_spec.analyze_types import StepInfo, TensorInfo, TypeCtx, flat, load_hi
 from coda_spec.dims import DimError, fold, show
 from coda_spec.dtypes import DTYPES
 from coda_spec.errors import Diagnostic, ItemError, closest, did_you_mean
+from coda_spec.expr import ExprError, free_names, parse
 from coda_spec.finalize import NEEDS_EPS, NEEDS_N, finalize_op, ops_folding
 from coda_spec.primitives.base import INDEX_DTYPES, PAIR, VType, double, half
 
@@ -571,7 +572,6 @@ class StepWalker:
         return StepInfo(step.name, "finalize", (), ())
 
     def check_unused(self, spec, outputs, warnings):
-        from coda_spec.expr import ExprError, free_names, parse
 
         derived_from = set()  # inputs that exist to derive other inputs are read too
         for t in spec.tensors:

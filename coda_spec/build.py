@@ -37,8 +37,16 @@ from pathlib import Path
 from coda_spec import artifact, builddir, stages
 from coda_spec.config import BuildConfig, config_text
 from coda_spec.errors import Diagnostic, SpecError, ToolError
+from coda_spec.frontend import run_stages
+from coda_spec.ir import to_data
 from coda_spec.lower import triton_aot
+from coda_spec.lower.finalize_kernel import finalize_kernel
+from coda_spec.lower.host_kernel import host_kernel
+from coda_spec.lower.module import lower_variants
+from coda_spec.lower.sass import spills
 from coda_spec.manifest import compiler_lib_dirs, finalize_data, lowered_exprs, make_manifest
+from coda_spec.primitives import cache_keys
+from coda_spec.versions import tool_versions
 
 MAX_WORKERS = 2  # each compile worker peaks at ~750 MB
 # What the compile workers import: module -> the distribution of the [build] extra providing it.
@@ -74,8 +82,6 @@ def build_hash(checked, config, lowered, aot=()) -> str:
     build; ``aot``: the Triton kernels of host steps and finalizes), the config (or the
     candidate list), the tool versions, the artifact format and the ``cache_key()`` of every
     primitive the spec uses (bumping a primitive's ``version`` rebuilds the specs using it)."""
-    from coda_spec.primitives import cache_keys
-    from coda_spec.versions import tool_versions
 
     configs = config if isinstance(config, tuple) else (config,)
     key = configs[0].key() if len(configs) == 1 else [c.key() for c in configs]
@@ -102,7 +108,6 @@ def _say(msg: str, log=None):
 
 def build_spec(path, opts: BuildOptions) -> BuildResult:
     """Build one spec file. Raises SpecError (invalid / unsupported) or ToolError."""
-    from coda_spec.frontend import run_stages
 
     start = time.perf_counter()
     checked = run_stages(path, opts.stop_after)
@@ -117,7 +122,6 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     problems = [p for c in opts.candidates for p in c.problems()]
     if problems:
         raise SpecError([Diagnostic(str(path), 0, 0, "--config", p) for p in problems])
-    from coda_spec.lower.module import lower_variants
 
     # pure text, fast: part of the content address
     lowered, variants, dropped = lower_variants(checked, opts.candidates)
@@ -186,7 +190,6 @@ def require_build_extra(modules=BUILD_MODULES + AOT_MODULES) -> None:
 
 
 def _run_stages(path, checked, lowering, variants, tmp: Path, opts, log) -> bool:
-    from coda_spec.ir import to_data
 
     lowered, meta, aot = lowering
     (tmp / "spec.yaml").write_text(checked.source.text)
@@ -224,8 +227,6 @@ def aot_kernels(checked, meta: dict) -> list:
     """Every host step, and every finalize a host kernel does not fold, as a Triton kernel
     (text; part of the content address). A finalize reads the partial buffer of the kernel step
     that wrote it, as the fallback variant lays it out (the tile count is a launch argument)."""
-    from coda_spec.lower.finalize_kernel import finalize_kernel
-    from coda_spec.lower.host_kernel import host_kernel
 
     spec = checked.spec
     out, folded = [], set()
@@ -268,7 +269,6 @@ def compile_aot(path, aot: list, tmp: Path, log) -> dict:
 def _drop_spilling(path, tmp: Path, records: list, variants: dict, log) -> list:
     """Drop the variants whose SASS spills (STL/LDL); a spilling fallback is kept, with a
     warning (it is the only variant every call can use)."""
-    from coda_spec.lower.sass import spills
 
     first = {vs[0].symbol for vs in variants.values()}
     kept = []

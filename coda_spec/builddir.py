@@ -33,6 +33,7 @@ from pathlib import Path
 
 from coda_spec.artifact import MANIFEST
 from coda_spec.errors import UsageError
+from coda_spec.frontend import check_file
 from coda_spec.source import SPEC_SUFFIXES
 
 HASH_LEN = 12
@@ -161,8 +162,6 @@ def resolve(target, out: Path = Path("build"), command: str = "verify") -> Path:
     if p.is_dir() and (p / MANIFEST).is_file():
         return p
     if p.suffix in SPEC_SUFFIXES and p.exists() and not p.is_dir():
-        from coda_spec.frontend import check_file
-
         spec = check_file(p).spec
         link = latest(out, spec.name)
         if not (link / MANIFEST).is_file():

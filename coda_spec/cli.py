@@ -13,6 +13,10 @@ neither torch nor quack; every command imports what it needs inside its own body
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib.util
+import io
 import json
 import os
 import sys
@@ -21,7 +25,11 @@ from pathlib import Path
 
 import click
 
-from coda_spec import stages
+from coda_spec import stages, verify_sanitize
+from coda_spec.builddir import prune as prune_builds
+from coda_spec.builddir import resolve
+from coda_spec.config import parse_configs
+from coda_spec.dims import parse_dims
 from coda_spec.errors import (
     EXIT_INTERRUPTED,
     EXIT_INVALID_SPEC,
@@ -37,8 +45,14 @@ from coda_spec.errors import (
     exit_summary,
     render_text,
 )
+from coda_spec.frontend import check_file
+from coda_spec.mathcheck import diagnostics, prove
+from coda_spec.primitives import registry
+from coda_spec.schema import schema_json
+from coda_spec.source import MAX_BYTES, load_source, spec_files
 from coda_spec.tune import DEFAULT_MARGIN as TUNE_MARGIN
 from coda_spec.tune import DEFAULT_ROUNDS as TUNE_ROUNDS
+from coda_spec.versions import stack_versions
 
 
 def _exits(*codes: int) -> str:
@@ -64,7 +78,6 @@ def _report(exc: BaseException, where=None) -> int:
 
 def _spec_files(paths, exclude) -> list[Path]:
     """``source.spec_files``, or exit 2 naming the folder that holds no spec."""
-    from coda_spec.source import spec_files
 
     try:
         return spec_files(paths, exclude)
@@ -85,7 +98,6 @@ _exclude = click.option(
 
 def _dims_callback(ctx, param, value):
     """``--dims NAME=INT,...`` through the one parser, ``dims.parse_dims``."""
-    from coda_spec.dims import parse_dims
 
     try:
         return parse_dims(value)
@@ -122,7 +134,6 @@ def _version(ctx, param, value):
     is imported)."""
     if not value or ctx.resilient_parsing:
         return
-    from coda_spec.versions import stack_versions
 
     click.echo("\n".join(f"{name} {version}" for name, version in stack_versions()))
     ctx.exit()
@@ -169,8 +180,6 @@ CHECK_HELP = f"""Validate spec files (or folders of them): schema first, then se
     "backward output equals its autograd (needs torch, CPU build; no GPU, no compiler).",
 )
 def check(paths, exclude, fmt, quiet, math):
-    from coda_spec.frontend import check_file
-    from coda_spec.source import load_source
 
     start = time.perf_counter()
     files = _spec_files(paths, exclude)
@@ -197,8 +206,6 @@ def check(paths, exclude, fmt, quiet, math):
         lines_of[str(f)] = checked.source.lines
         report = prover(checked) if prover else None
         if report is not None and not report.ok:
-            from coda_spec.mathcheck import diagnostics
-
             wrong += 1
             diags.extend(diagnostics(checked, report))
             continue
@@ -229,7 +236,6 @@ def check(paths, exclude, fmt, quiet, math):
 
 def _need_torch(command: str, why: str) -> None:
     """Exit 1 with how to install torch when it is missing (it is not a base dependency)."""
-    import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         click.echo(
@@ -244,13 +250,11 @@ def _need_torch(command: str, why: str) -> None:
 def _prover():
     """``mathcheck.prove``, or exit 1 with how to install torch (``--math`` needs it)."""
     _need_torch("coda check --math", "the CPU build is enough")
-    from coda_spec.mathcheck import prove
 
     return prove
 
 
 def _raw_lines(path) -> list[str] | None:
-    from coda_spec.source import MAX_BYTES
 
     try:
         with open(path, "rb") as f:  # bounded, like the loader
@@ -308,12 +312,8 @@ BUILD_HELP = f"""Compile specs for sm_90a (no GPU needed) into BUILDS/<name>-<ha
 @click.option("--force", is_flag=True, help="Rebuild even when a complete build exists.")
 @click.option("--print-dir", is_flag=True, help="Print only the build directory of each spec.")
 def build(paths, exclude, out, config_text, stop_after, prune, jobs, force, print_dir):
-    import contextlib
-    import io
 
     from coda_spec.build import BuildOptions, build_spec
-    from coda_spec.builddir import prune as prune_builds
-    from coda_spec.config import parse_configs
 
     try:
         configs = parse_configs(config_text)
@@ -353,7 +353,6 @@ def build(paths, exclude, out, config_text, stop_after, prune, jobs, force, prin
 def _one_name(path, names: dict, out: Path) -> None:
     """Refuse a second spec file with the ``name:`` of one built earlier in this run: both would
     share ``OUT/<name>-latest`` (docs/build.md, "Two files, one name")."""
-    from coda_spec.frontend import check_file
 
     try:
         checked = check_file(path)
@@ -438,23 +437,18 @@ VERIFY_HELP = f"""Check built kernels against the spec's reference math on a CUD
 def verify(
     targets, builds, seed, dims, small, fmt, junit_path, allow_no_gpu, sanitize, reference_spec
 ):
-    import os as _os
 
     _need_torch("coda verify", "on a GPU machine, the CUDA build you already use")
     from coda_spec import verify as V
     from coda_spec import verify_report as R
-    from coda_spec.builddir import resolve
     from coda_spec.runtime import CodaRuntimeError
-    from coda_spec.verify_sanitize import sanitize as run_sanitizer
 
     if seed is None:
-        seed = int.from_bytes(_os.urandom(4), "little")
+        seed = int.from_bytes(os.urandom(4), "little")
     dims = dims or None
     reports, status = [], EXIT_OK
     reference = None
     if reference_spec:
-        from coda_spec.frontend import check_file
-
         reference = check_file(reference_spec)
     for t in targets:
         try:
@@ -474,7 +468,7 @@ def verify(
             status = _worse(status, _report(e, t))
             continue
         if sanitize:
-            san = run_sanitizer(directory, seed)
+            san = verify_sanitize.sanitize(directory, seed)
             rep = R.with_replaced(rep, extra={**rep.extra, "sanitizer": san})
             if san["result"] == "unclean":
                 status = _worse(status, EXIT_MISMATCH)
@@ -482,8 +476,6 @@ def verify(
         if fmt == "text":
             click.echo(R.render_table(rep))
     if fmt == "json":
-        import dataclasses
-
         click.echo(json.dumps([dataclasses.asdict(r) for r in reports], indent=1, default=str))
     if junit_path:
         Path(junit_path).write_text(R.junit(reports))
@@ -716,7 +708,6 @@ def tune(targets, m_text, dims, width_text, rounds, warmup, seed, out, builds, m
 @main.command(short_help="Print the spec language's JSON Schema.")
 def schema():
     """Print the JSON Schema of spec language v1 (for editors and LLM tools)."""
-    from coda_spec.schema import schema_json
 
     click.echo(schema_json(), nl=False)
 
@@ -724,7 +715,6 @@ def schema():
 @main.command(short_help="List the epilogue primitives with an example each.")
 def primitives():
     """List every epilogue primitive with its family and one-line summary."""
-    from coda_spec.primitives import registry
 
     for name, p in sorted(registry().items(), key=lambda kv: (kv[1].family, kv[0])):
         click.echo(f"{p.family:<12} {name:<14} {p.summary}")

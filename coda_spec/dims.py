@@ -38,6 +38,9 @@ from __future__ import annotations
 
 import ast
 
+from coda_spec.errors import did_you_mean
+from coda_spec.expr import too_deep
+
 Folded = int | str
 
 _ATOM, _MUL, _ADD = 3, 2, 1  # precedence of an expression's outermost operator
@@ -210,7 +213,6 @@ def dynamic_dim(dims) -> str | None:
 
 
 def _parse(expr: str) -> ast.expr:
-    from coda_spec.expr import too_deep
 
     hint = "use names, integers and + - * /, e.g. '2*F'"
     try:
@@ -238,8 +240,6 @@ def fold(expr: int | str, sizes: dict[str, int | None]) -> Folded:
     node = _parse(str(expr))
     if isinstance(node, ast.Name):
         if node.id not in sizes:
-            from coda_spec.errors import did_you_mean
-
             raise DimError(
                 f"unknown dim '{node.id}'",
                 did_you_mean(node.id, sizes) or "declare it under 'dims:'",
@@ -260,7 +260,6 @@ _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "
 def _eval(node: ast.expr, sizes: dict[str, int | None], text: str, calls: bool = False) -> int:
     """The int value of ``node``; ``calls``: ``cdiv(a,b)`` is allowed (manifest expressions,
     never a spec's dims)."""
-    from coda_spec.errors import did_you_mean
 
     if (
         isinstance(node, ast.Constant)

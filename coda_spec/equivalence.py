@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from coda_spec.expr import parse
-from coda_spec.expr_eval import evaluate
+from coda_spec.expr_eval import _ev, evaluate
 from coda_spec.inputs import make_grads, make_inputs
+from coda_spec.primitives import registry
 from coda_spec.reference import run
 
 RTOL = 1e-10
@@ -80,7 +81,6 @@ def check_backward(
     checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None
 ) -> list[Comparison]:
     """Every backward output vs torch.autograd of ``equivalent_to`` with random cotangents."""
-    from coda_spec.expr_eval import _ev
 
     spec, analysis = checked.spec, checked.analysis
     drawn = drawn or draw(checked, sizes, seed)
@@ -139,7 +139,6 @@ def check_backward(
 
 def mutants(checked):
     """Yield (description, Spec) for each sibling-primitive mutation of every item."""
-    from coda_spec.primitives import registry
 
     prims = registry()
     spec = checked.spec

@@ -12,7 +12,7 @@ Every node keeps the 1-based line/col and spec path of its source so that any la
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,6 @@ class Spec:
 
 def to_data(node):
     """JSON-ready view of an IR node (golden files, build dirs). Locations become ``line``."""
-    from dataclasses import fields, is_dataclass
 
     if isinstance(node, Loc):
         return node.line

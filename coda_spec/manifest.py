@@ -28,6 +28,8 @@ import time
 from coda_spec.artifact import FORMAT_VERSION, with_exprs
 from coda_spec.config import config_text
 from coda_spec.dims import exprs
+from coda_spec.errors import ToolError
+from coda_spec.finalize import partial_fold
 from coda_spec.versions import tool_versions
 
 # Where lowered.json holds shapes (the compile worker evaluates them at its sizes).
@@ -53,8 +55,6 @@ def compiler_lib_dirs() -> list[tuple[str, str]]:
         text=True,
     )
     if res.returncode != 0:
-        from coda_spec.errors import ToolError
-
         raise ToolError(
             "cannot locate libcute_dsl_runtime (is nvidia-cutlass-dsl installed? "
             "pip install 'coda-spec[build]')"
@@ -130,7 +130,6 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
 
 def _host_partials(info, analysis) -> dict:
     """partial -> its fold (``finalize.partial_fold``: how a finalize combines it)."""
-    from coda_spec.finalize import partial_fold
 
     return {
         t: partial_fold(analysis.tensor(t).partial[1])

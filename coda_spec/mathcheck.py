@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from coda_spec.analyze import program_diag
 from coda_spec.errors import Diagnostic, SpecError
+from coda_spec.expr import ExprError, parse
 from coda_spec.frontend import Checked, with_dims
 
 M_SMALL = 48
@@ -158,7 +159,6 @@ def _proof(section: str, c, rtol: float) -> Proof:
 
 def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
     """One located error per failed proof (see the module docstring for where each points)."""
-    from coda_spec.expr import ExprError, parse
 
     spec, src = checked.spec, checked.source
     assigned = {}

@@ -19,13 +19,15 @@ parsing. Plain scalars resolve with YAML's core rules, plus one fix for a classi
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import yaml
 
-from coda_spec.errors import Diagnostic, SpecError, format_path
+from coda_spec.errors import Diagnostic, SpecError, ToolError, UsageError, format_path
 
 MAX_BYTES = 1 << 20  # 1 MiB: the whole bundled catalogue is ~100 KiB.
 MAX_DEPTH = 64
@@ -324,7 +326,6 @@ def parse_text(file: str, text: str) -> Source:
 
 def load_source(path: str | Path) -> Source:
     """Read and parse one spec file. Raises SpecError (invalid) or ToolError (unreadable)."""
-    from coda_spec.errors import ToolError
 
     file = str(path)
     try:
@@ -364,7 +365,6 @@ def excluded(rel: str, patterns) -> bool:
     """``rel`` (a path relative to the folder scanned, '/'-separated) matches an ``--exclude``
     glob: the whole path (``drafts/*.yaml``), its file name (``*_wip.yaml``) or one of its
     folders (``drafts``)."""
-    from fnmatch import fnmatchcase
 
     parts = rel.split("/")
     return any(fnmatchcase(rel, g) or any(fnmatchcase(p, g) for p in parts) for g in patterns)
@@ -375,9 +375,6 @@ def spec_files(paths, exclude=()) -> list[Path]:
     ``*.yaml``/``*.yml`` (sorted), leaving out :func:`skipped_folder` folders and whatever
     matches an ``--exclude`` glob (:func:`excluded`). A folder that yields no spec file is a
     ``UsageError`` naming it, as is an argument list that ``--exclude`` empties."""
-    import os
-
-    from coda_spec.errors import UsageError
 
     out: list[Path] = []
     for p in map(Path, paths):

@@ -63,9 +63,12 @@ import json
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coda_spec.bench.command import build_dirs, command_line, options, timing_targets
+from coda_spec.bench.timing import CudaClock, time_interleaved
 from coda_spec.config import config_text
 from coda_spec.dims import dynamic_dim
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
@@ -247,10 +250,8 @@ def tune_shape(
     """Every multi-variant kernel of one chain at one shape, each timed alone per variant.
     ``opts``: ``coda_spec.bench.driver.Options`` (seed, rounds, warmup, device are used);
     ``margin``: the pick's (:func:`pick_winner`)."""
-    import time
 
     from coda_spec.bench.driver import at_dims, draw
-    from coda_spec.bench.timing import time_interleaved
 
     build = chain.directory.name
     chain, checked = at_dims(chain, checked, sizes)
@@ -324,7 +325,6 @@ def run_tune(
         if not torch.cuda.is_available():
             raise ToolError("coda tune needs a CUDA GPU (torch.cuda.is_available() is False)")
         from coda_spec.bench.driver import device_info
-        from coda_spec.bench.timing import CudaClock
 
         clock = clock or CudaClock()
         if device is None:
@@ -519,7 +519,6 @@ def _echo(text: str, err: bool = False) -> None:
 def main(args: Args, load_chain, has_gpu, run=None) -> int:
     """Run ``coda tune``; returns the exit status. ``load_chain``/``has_gpu``: the CLI's seams;
     ``run``: :func:`run_tune` (tests substitute one with a fake clock and device)."""
-    from coda_spec.bench.command import build_dirs, command_line, options, timing_targets
 
     directories = build_dirs(args.targets, args.builds, "tune")
     if not has_gpu():

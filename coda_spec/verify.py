@@ -41,8 +41,17 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from coda_spec import suits
 from coda_spec.config import config_text
+from coda_spec.dims import DimError, dynamic_dim, evaluate
+from coda_spec.equivalence import check_equivalence
+from coda_spec.errors import SpecError
+from coda_spec.frontend import with_dims
+from coda_spec.inputs import derive_mismatches, make_grads, make_inputs
+from coda_spec.mathcheck import prove
+from coda_spec.reference import run
 from coda_spec.runtime import plan
 from coda_spec.verify_report import Check, Report
 
@@ -62,9 +71,6 @@ def ragged_dims(checked, tile_n: int = 256, notes: list | None = None) -> dict:
     inputs sized by other dims) keeps its size, and the runtime would refuse the inputs ("input
     'wn' dim 0 is 768 but QKV is 640 elsewhere"). Such a dim stays on the grid; why is appended
     to ``notes``."""
-    from coda_spec.errors import SpecError
-    from coda_spec.frontend import with_dims
-    from coda_spec.inputs import derive_mismatches
 
     dyn = {d.name: RAGGED_M for d in checked.spec.dims if d.size is None}
     derived = any(t.derive is not None for t in checked.spec.tensors)
@@ -99,7 +105,6 @@ def cases(
     tile_n: int = 256,
 ) -> list[tuple[str, dict]]:
     """The shape cases; ``tile_n``: the tile the ragged case's static dims are nudged off."""
-    from coda_spec.dims import dynamic_dim
 
     dyn = dynamic_dim(checked.spec.dims)
 
@@ -134,7 +139,6 @@ def resized_manifest(chain, checked_case):
 def _untouched(manifest, analysis, out_name, env):
     """Declared untouched slots: rows of a gathered (ColVecSelect) output whose index is
     ignored (its ignore_index, or out of range: the kernel writes only in-range rows)."""
-    import torch
 
     for step in manifest.kernel_steps():
         f = next((f for f in step.fields if f.tensor == out_name), None)
@@ -153,7 +157,6 @@ def _untouched(manifest, analysis, out_name, env):
 def _static_value(expr, dims: dict) -> int | None:
     """A manifest expression's value at the manifest's static ``dims`` (None if it names the
     dynamic dim)."""
-    from coda_spec.dims import DimError, evaluate
 
     try:
         return evaluate(expr, {k: v for k, v in dims.items() if v is not None})
@@ -175,7 +178,6 @@ def bound(ref, lowp, dtype: str) -> float:
 def compare(case, dims, name, dtype, got, ref, lowp, untouched) -> Check:
     """One output against the pass rule: every element not declared ``untouched`` written and
     finite, and ``max|got - ref| <= bound(ref, lowp, dtype)``."""
-    import torch
 
     got, ref, lowp = got.double(), ref.double(), lowp.double()
     if got.shape != ref.shape:
@@ -211,7 +213,6 @@ def compare(case, dims, name, dtype, got, ref, lowp, untouched) -> Check:
 
 
 def _partials(manifest, env) -> list[tuple[str, int]]:
-    import torch
 
     out = []
     for step in manifest.kernel_steps():
@@ -229,12 +230,6 @@ def verify_case(
     must-fail test checks a mutant's build against the original spec). ``variant``: a config
     text: run that variant of every kernel step that has it (at these dims) and the fallback of
     the others; None: the chain as it is (a single-variant build)."""
-    import torch
-
-    from coda_spec.equivalence import check_equivalence
-    from coda_spec.frontend import with_dims
-    from coda_spec.inputs import derive_mismatches, make_grads, make_inputs
-    from coda_spec.reference import run
 
     declared = checked.spec.dim_sizes()
     static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
@@ -332,9 +327,6 @@ def _forced(manifest, variant: str) -> dict:
 def verify_chain(
     chain, seed: int, dims: dict | None = None, only_small: bool = False, reference=None
 ) -> Report:
-    import torch
-
-    from coda_spec.config import config_text
 
     start = time.perf_counter()
     checked = chain.checked()
@@ -374,7 +366,6 @@ def math_proof(checked, seed: int) -> tuple:
     Forward outputs against ``equivalent_to`` and backward outputs against its autograd, at
     small dims in fp64; an unproven output is a failed row (rel_err inf), never a missing one.
     """
-    from coda_spec.mathcheck import prove
 
     report = prove(checked, seed)
     return tuple(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from xml.sax.saxutils import quoteattr
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,6 @@ def render_table(report: Report) -> str:
 
 
 def junit(reports: list[Report]) -> str:
-    from xml.sax.saxutils import quoteattr
 
     cases_xml, failures = [], 0
     for r in reports:

@@ -24,6 +24,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from coda_spec.bench import report
+from coda_spec.bench.model import loads, merge
+from coda_spec.builddir import resolve
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
 
 
@@ -55,7 +58,6 @@ def parse_ints(text: str | None, what: str) -> tuple:
 
 
 def _read_results(path: Path):
-    from coda_spec.bench.model import loads
 
     try:
         return loads(Path(path).read_text())
@@ -70,7 +72,6 @@ def _echo(text: str, err: bool = False) -> None:
 def build_dirs(targets, builds: Path, command: str) -> list[Path]:
     """The build directory of each target (a spec means its latest build, which must be of the
     spec's current content: ``builddir.resolve``); checked before any GPU is looked for."""
-    from coda_spec.builddir import resolve
 
     return [resolve(t, builds, command=command) for t in targets]
 
@@ -103,16 +104,12 @@ def command_line(name: str) -> str:
 def main(args: Args, load_chain, has_gpu) -> int:
     """Run ``coda bench``; returns the exit status. ``load_chain``/``has_gpu``: the CLI's seams
     (tests substitute fakes)."""
-    from coda_spec.bench import report
-
     results = [t for t in args.targets if str(t).endswith(".json")]
     timing = [t for t in args.targets if not str(t).endswith(".json")]
     if results and timing:
         raise ValueError("give build directories / specs to time, or results .json files, not both")
     runs = [_read_results(Path(p)) for p in results]
     if len(runs) > 1:  # one device call per width: read as one run
-        from coda_spec.bench.model import merge
-
         runs = [merge(runs)]
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)

@@ -43,11 +43,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from coda_spec.bench import baselines as B
 from coda_spec.bench import roofline as R
 from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
-from coda_spec.bench.timing import Clock, time_interleaved
+from coda_spec.bench.timing import Clock, CudaClock, time_interleaved
 from coda_spec.dims import dynamic_dim
-from coda_spec.errors import ToolError
+from coda_spec.errors import SpecError, ToolError
+from coda_spec.frontend import with_dims
+from coda_spec.inputs import make_grads, make_inputs
 from coda_spec.runtime.plan import FallbackRefused, resized_manifest
 from coda_spec.suits import refusal
 
@@ -103,8 +106,6 @@ def shapes(spec, opts: Options) -> list[dict]:
 
 def at_dims(chain, checked, sizes: dict):
     """(chain, checked) re-sized to ``sizes``' static dims without a rebuild, or ToolError."""
-    from coda_spec.errors import SpecError
-    from coda_spec.frontend import with_dims
 
     declared = checked.spec.dim_sizes()
     static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
@@ -296,7 +297,6 @@ def _stats_or_none(stats: dict, failed: dict, key: str) -> tuple[Stats | None, s
 def draw(chain, checked, sizes: dict, opts: Options) -> tuple[dict, dict, dict | None]:
     """(every spec input, the inputs a call takes, the incoming gradients or None), drawn on
     ``opts.device`` from ``opts.seed`` with ``coda_spec.inputs`` (bench and tune draw alike)."""
-    from coda_spec.inputs import make_grads, make_inputs
 
     low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
     inputs = {k: low[k] for k in chain.required_inputs}
@@ -329,7 +329,6 @@ def _coda_candidates(chain, env, inputs, grads, sizes, kernels: bool) -> dict:
 def _baseline_candidates(checked, manifest, sizes, opts, low, grads, compiled) -> tuple:
     """({"<baseline>:<direction>": callable}, {baseline: note}, {baseline: produces every
     output}, {baseline name: Baseline})."""
-    from coda_spec.bench import baselines as B
 
     bases, cands, why, complete = {}, {}, {}, {}
     if "eager" in opts.baselines or "compile" in opts.baselines:
@@ -468,7 +467,6 @@ def run_bench(
     targets: list, opts: Options, command: str, progress: Callable[[str], None] | None = None
 ) -> BenchRun:
     """``targets``: (build directory, loaded chain) pairs. Needs a CUDA GPU."""
-    from coda_spec.bench.timing import CudaClock
 
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     jobs = plan(targets, opts)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coda_spec.config import config_tag
 from coda_spec.errors import SpecError
 from coda_spec.lower.emit import lower_kernel
 from coda_spec.lower_api import KERNEL_IMPORTS, MODULE_IMPORTS
@@ -71,7 +72,6 @@ def lower_variants(checked, configs) -> tuple[LoweredModule, dict, list]:
     is dropped for that kernel only. The generated epilogue does not depend on the tile config
     (only partial-buffer shapes do), so every variant compiles the same function of kernel.py;
     a candidate that would lower to different code is dropped too, with that reason."""
-    from coda_spec.config import config_tag
 
     first = lower_spec(checked, configs[0])
     base = {k.step: k for k in first.kernels}

@@ -38,6 +38,7 @@ the split it computes for b2.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -210,7 +211,6 @@ def main(argv: list[str]) -> int:
     build_dir = Path(argv[0])
     symbols = argv[1:]
     _setup()
-    import importlib.util
 
     spec = importlib.util.spec_from_file_location("coda_generated_kernel", build_dir / "kernel.py")
     mod = importlib.util.module_from_spec(spec)

@@ -11,7 +11,18 @@ For RoPE the pair (a, b) = (x[2i], x[2i+1]) rotates by theta = pos * freq[i]:
 from __future__ import annotations
 
 from coda_spec.errors import ItemError
-from coda_spec.primitives.base import VType, double, half, need_even, need_tile
+from coda_spec.primitives._elementwise import HOST_GELU, HOST_SILU, HOST_TANH
+from coda_spec.primitives.base import (
+    PAIR,
+    VALUE_REF,
+    Primitive,
+    VType,
+    double,
+    half,
+    item_schema,
+    need_even,
+    need_tile,
+)
 
 
 def split(x):
@@ -186,7 +197,6 @@ def gate_lanes(hc, z) -> list:
 def host_act(hc, act: str, g: str, base: str, grad: bool) -> tuple[str, str | None]:
     """Emit act(g) (and act'(g) when ``grad``) as named temporaries, by the formulas of
     :func:`silu`/:func:`dsilu` and :func:`gelu`/:func:`dgelu`; returns their names."""
-    from coda_spec.primitives._elementwise import HOST_GELU, HOST_SILU, HOST_TANH
 
     a = hc.fresh(f"{base}_act")
     if not grad:
@@ -249,7 +259,6 @@ def dgated_host(act: str):
 
 def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: str):
     """The rope / rope_bwd primitive (they differ only in the rotation's sign)."""
-    from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 
     return Primitive(
         name=name,
@@ -296,7 +305,6 @@ def dgated_lower(act: str):
 
 def dgated_primitive(name: str, act: str, summary: str, example: str, sibling: str):
     """The dswiglu / dgeglu primitive (they differ only in the activation)."""
-    from coda_spec.primitives.base import PAIR, VALUE_REF, Primitive, item_schema
 
     return Primitive(
         name=name,
