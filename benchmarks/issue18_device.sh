@@ -31,14 +31,21 @@ run_part() {
         2>&1 | tee "$out/gpu-tests.log"
       ;;
     overhead)
-      # the same script, machine and minute for both runtimes: after (this tree), before (.old)
-      timeout 100 python3 benchmarks/host_overhead.py "${chains[@]/#/build/}" \
-        --m 256 --calls 400 --out "$out/after.json" 2>&1 | tee "$out/after.log"
-      if [ -d .old/coda_spec ]; then  # the old script beside the old package: it imports that
-        PYTHONPATH=$PWD/.old:/tmp/site timeout 100 python3 .old/benchmarks/host_overhead.py \
-          "${chains[@]/#/.old/build/}" --m 256 --calls 400 --out "$out/before.json" \
-          2>&1 | tee "$out/before.log"
-      fi
+      # the same script, machine and minute for both runtimes: after (this tree) and before
+      # (.old), in that order, then again in the other order (host time drifts within a run)
+      for round in 1 2; do
+        if [ $round = 1 ]; then order=(after before); else order=(before after); fi
+        for side in "${order[@]}"; do
+          if [ $side = after ]; then
+            timeout 100 python3 benchmarks/host_overhead.py "${chains[@]/#/build/}" \
+              --m 256 --calls 400 --out "$out/after$round.json" 2>&1 | tee "$out/after$round.log"
+          elif [ -d .old/coda_spec ]; then  # the old script beside the old package
+            PYTHONPATH=$PWD/.old:/tmp/site timeout 100 python3 .old/benchmarks/host_overhead.py \
+              "${chains[@]/#/.old/build/}" --m 256 --calls 400 --out "$out/before$round.json" \
+              2>&1 | tee "$out/before$round.log"
+          fi
+        done
+      done
       ;;
   esac
   tar -czf "$root/$p.tar.gz" -C "$out" .

@@ -350,8 +350,53 @@ def evaluator(expr: int | str):
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         value = node.value
         return lambda sizes: value
-    text = str(expr)
-    return lambda sizes: _eval(node, sizes, text, calls=True)
+    return _closure(node, str(expr))
+
+
+def _closure(node: ast.expr, text: str):
+    """``node`` as nested closures, built once (a call then costs a few additions, not a walk of
+    the tree). The fast path assumes valid sizes; anything else -- an unknown or dynamic dim, an
+    inexact ``/``, ``cdiv`` by zero, an unsupported node -- takes :func:`_eval`, which raises
+    exactly its own error."""
+
+    def slow(sizes):
+        return _eval(node, sizes, text, calls=True)
+
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        value = node.value
+        return lambda sizes: value
+    if isinstance(node, ast.Name):
+        name = node.id
+
+        def size(sizes):
+            v = sizes.get(name)
+            return v if v is not None else slow(sizes)
+
+        return size
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        fa, fb = _closure(node.left, text), _closure(node.right, text)
+        if isinstance(node.op, ast.Add):
+            return lambda sizes: fa(sizes) + fb(sizes)
+        if isinstance(node.op, ast.Sub):
+            return lambda sizes: fa(sizes) - fb(sizes)
+        if isinstance(node.op, ast.Mult):
+            return lambda sizes: fa(sizes) * fb(sizes)
+
+        def exact(sizes):
+            a, b = fa(sizes), fb(sizes)
+            return slow(sizes) if b == 0 or a % b else a // b
+
+        return exact
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "cdiv":
+        if len(node.args) == 2 and not node.keywords:
+            fa, fb = (_closure(x, text) for x in node.args)
+
+            def tiles(sizes):
+                a, b = fa(sizes), fb(sizes)
+                return slow(sizes) if b <= 0 else -(-a // b)
+
+            return tiles
+    return slow
 
 
 def cdiv(extent: Folded, block: int) -> Folded:

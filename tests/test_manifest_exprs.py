@@ -226,3 +226,34 @@ def test_artifact_and_verify_do_not_import_the_lowering():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+EVALUATED = [  # (expression, sizes): what the one evaluator computes, fast path and errors alike
+    ("D", {"D": 4096}),
+    ("2*F", {"F": 11008}),
+    ("D/2", {"D": 4096}),
+    ("D/3", {"D": 4096}),  # inexact: DimError
+    ("D/h", {"D": 4096, "h": 0}),  # by zero: DimError
+    ("cdiv(M,128)", {"M": 1000}),
+    ("cdiv(M,128)", {"M": 0}),
+    ("cdiv(2*D-8,256)+F*3", {"D": 1000, "F": 7}),
+    ("cdiv(D,h)", {"D": 64, "h": 0}),  # cdiv by 0: DimError
+    ("D+X", {"D": 1}),  # unknown dim: DimError naming it
+    ("D*M", {"D": 2, "M": None}),  # a dynamic dim inside an expression: DimError
+    ("(D-F)*(D+F)", {"D": 9, "F": 4}),
+]
+
+
+@pytest.mark.parametrize("expr, sizes", EVALUATED, ids=[e for e, _ in EVALUATED])
+def test_the_compiled_evaluator_is_the_tree_walk(expr, sizes):
+    """``dims.evaluator`` builds closures once; every value and every error is the tree walk's
+    (``dims._eval``), message included."""
+    node = dims._parse(expr)
+    try:
+        want = dims._eval(node, sizes, expr, calls=True)
+    except dims.DimError as e:
+        with pytest.raises(dims.DimError) as got:
+            evaluator(expr)(sizes)
+        assert str(got.value) == str(e) and got.value.hint == e.hint
+    else:
+        assert evaluator(expr)(sizes) == want
