@@ -18,8 +18,9 @@ Format history: 2 added ``grads_in`` and ``backward_outputs``; 3 ``required`` on
 config variants; 5 host steps and finalizes compiled ahead of time (``launch``); 6 makes every
 shape an expression over the spec's dims, so a build re-sizes by replacing ``dims`` (verify's
 ragged and ``--dims`` cases, bench) and finalizes run only as compiled kernels; 7 writes each
-variant's ``name`` (its config text) once, at build. Only format 7 is read: an older build is
-refused; rebuild it (and re-run ``coda tune``: tune files are keyed by the build directory).
+variant's ``name`` (its config text) once, at build, and the ``of`` of each gradient. Only
+format 7 is read: an older build is refused; rebuild it (and re-run ``coda tune``: tune files
+are keyed by the build directory).
 
 Shapes (format 6 on). Every shape -- ``inputs``, ``outputs``, ``tensors``, ``grads_in``,
 ``backward_outputs``, a kernel step's ``fields`` (and each variant's), ``d``/``c`` and GEMM
@@ -38,7 +39,8 @@ backward step reads it -- a GEMM operand, a host step's ``over``, an epilogue it
 false for inputs only ``derive`` or ``equivalent_to`` read, which the runtime accepts but
 ignores), ``outputs`` (name, shape, dtype), ``tensors`` (every chain tensor: shape, dtype),
 ``steps`` and ``backward_steps`` (in order), ``grads_in``/``backward_outputs`` (the backward
-section's incoming and outgoing gradients) and ``links`` (producer step -> consumer step,
+section's incoming and outgoing gradients, each with ``of``: the forward tensor it is the
+gradient of, from the spec's ``backward.grads``) and ``links`` (producer step -> consumer step,
 tensor).
 
 A kernel step records: ``symbol`` (exported function), ``mode``, ``a``/``b`` (tensor,
@@ -160,6 +162,9 @@ class Tensor:
     dtype: str
     ignore_index: int | None = None
     required: bool = True  # inputs: some step reads it (else only derive/equivalent_to do)
+    of: str | None = (
+        None  # a gradient (grads_in, backward_outputs): the tensor it is the gradient of
+    )
 
     @classmethod
     def from_data(cls, d: dict, name: str | None = None) -> Tensor:
@@ -169,6 +174,7 @@ class Tensor:
             d["dtype"],
             d.get("ignore_index"),
             bool(d.get("required", True)),
+            d.get("of"),
         )
 
 

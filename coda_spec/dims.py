@@ -344,9 +344,9 @@ def evaluator(expr: int | str):
         expr = int(expr)
         return lambda sizes: expr
     node = _parse(str(expr))
-    if isinstance(node, ast.Name):
+    if isinstance(node, ast.Name):  # no int(): a traced size (torch.SymInt) stays symbolic
         name = node.id
-        return lambda sizes: int(sizes[name])
+        return lambda sizes: sizes[name]
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         value = node.value
         return lambda sizes: value

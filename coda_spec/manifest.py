@@ -199,6 +199,7 @@ def make_manifest(
             _step_data(s, i, kernels, recs, a, lowered, launches or {})
             for s, i in zip(spec.backward.steps, a.backward_steps, strict=True)
         ]
+    of = dict(spec.backward.grads) if spec.backward else {}  # gradient -> the tensor it is of
     producer = {t.name: t.producer for t in a.tensors}
     links = []
     for _, info in a.step_infos():
@@ -235,12 +236,17 @@ def make_manifest(
             "steps": steps,
             "backward_steps": bsteps,
             "grads_in": [
-                {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+                {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "of": of.get(t.name)}
                 for t in a.tensors
                 if t.origin == "grad_in"
             ],
             "backward_outputs": [
-                {"name": o.name, "dtype": o.dtype, "shape": list(a.tensor(o.name).shape)}
+                {
+                    "name": o.name,
+                    "dtype": o.dtype,
+                    "shape": list(a.tensor(o.name).shape),
+                    "of": of.get(o.name),
+                }
                 for o in (spec.backward.outputs if spec.backward else ())
             ],
             "links": links,

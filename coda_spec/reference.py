@@ -27,7 +27,7 @@ from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.finalize import fold as finalize_fold
 from coda_spec.primitives import registry
 
-__all__ = ["TORCH_DTYPES", "PRECISIONS", "RefCtx", "run", "infer_sizes"]
+__all__ = ["TORCH_DTYPES", "PRECISIONS", "RefCtx", "run", "run_backward", "infer_sizes"]
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,17 @@ def run(
             if perturb is not None and perturb[:2] == (section, i):
                 hit = True if perturb[2] is None else perturb[2]
             _run_step((prec, sizes, analysis), step, env, hit)
+    return env
+
+
+def run_backward(analysis, env: dict, precision: str | Precision, sizes: dict) -> dict:
+    """The backward section alone, on ``env``: the forward tensors it reads (``backward.save``)
+    and the incoming gradients. Returns ``env`` with every backward tensor added (a torch op's
+    CPU backward: ``coda_spec.runtime.op``)."""
+    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    env = {k: (v.to(prec.compute) if v.is_floating_point() else v) for k, v in env.items()}
+    for step in analysis.spec.backward.steps:
+        _run_step((prec, sizes, analysis), step, env)
     return env
 
 

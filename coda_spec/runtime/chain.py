@@ -155,9 +155,10 @@ class Chain:
         return list(self._plan.saved)
 
     # -- planning ----------------------------------------------------------------------------
-    def bind(self, inputs: dict) -> dict:
-        """Validate inputs; return the dim sizes they imply."""
-        return self._check.inputs(inputs, None)[2]
+    def bind(self, inputs: dict, device=None, dtypes: bool = True) -> dict:
+        """Validate inputs; return the dim sizes they imply. ``device``: where they must be
+        (default: the current CUDA device); ``dtypes=False``: any dtype (fp64 math)."""
+        return self._check.inputs(inputs, None, device, dtypes)[2]
 
     def gemm_extents(self, step, sizes: dict) -> tuple[int, int, int]:
         """(M, N, K) of a kernel step's GEMM at ``sizes``."""

@@ -68,9 +68,11 @@ class Checker:
         self.plan = plan
         self._signatures: dict = {}  # input signature -> (dim sizes, names to re-stride)
 
-    def inputs(self, inputs: dict, grads: dict | None) -> tuple:
+    def inputs(self, inputs: dict, grads: dict | None, device=None, dtypes: bool = True) -> tuple:
         """Validate a call's inputs (and gradients): (device, env, sizes), env holding the
-        required inputs (and gradients) as validated, canonically strided tensors."""
+        required inputs (and gradients) as validated, canonically strided tensors. ``device``:
+        where they must be (default: the current CUDA device); ``dtypes=False`` accepts any
+        dtype (the torch op's CPU implementation runs in fp64 under gradcheck)."""
         p = self.plan
         unknown = inputs.keys() - p.declared.keys()
         if unknown:
@@ -80,14 +82,14 @@ class Checker:
         missing = [n for n in p.required if n not in inputs]
         if missing:
             raise CodaRuntimeError(f"{p.name}: missing input(s) {missing}")
-        device = current_device()
+        device = current_device() if device is None else device
         tensors = {n: inputs[n] for n in p.required}
         declared = {n: (t, "input") for n, t in p.required.items()}
         if grads is not None:
             self.grad_names(grads)
             tensors.update(grads)
             declared.update({n: (t, "gradient") for n, t in p.grads_in.items()})
-        env, sizes = self.tensors(declared, tensors, device)
+        env, sizes = self.tensors(declared, tensors, device, dtypes)
         return device, env, sizes
 
     def saved(self, saved: dict, grads: dict) -> tuple:
@@ -113,7 +115,7 @@ class Checker:
                 f"unknown {sorted(unknown)}"
             )
 
-    def tensors(self, declared: dict, tensors: dict, device) -> tuple[dict, dict]:
+    def tensors(self, declared: dict, tensors: dict, device, dtypes: bool = True) -> tuple:
         """Validate ``tensors`` against ``declared`` (name -> (Tensor, what)): a signature seen
         before skips straight to the per-call check (alignment); a new one is checked in full
         and remembered."""
@@ -123,15 +125,15 @@ class Checker:
             )
         except (AttributeError, RuntimeError):
             key = None  # not a tensor, or not strided: the full check names it
-        seen = self._signatures.get(key) if key is not None else None
+        seen = self._signatures.get(key) if key is not None and dtypes else None
         if seen is None:
             sizes = dict(self.plan.static)
             for name, (t, what) in declared.items():
-                self.one(name, t, what, tensors[name], sizes, device)
+                self.one(name, t, what, tensors[name], sizes, device, dtypes)
             recanon = frozenset(
                 n for n, x in tensors.items() if tuple(x.stride()) != dense_strides(x.shape)
             )
-            if key is not None:
+            if key is not None and dtypes:
                 if len(self._signatures) >= SIGNATURES_KEPT:
                     self._signatures.pop(next(iter(self._signatures)))
                 self._signatures[key] = (dict(sizes), recanon)
@@ -149,7 +151,7 @@ class Checker:
             env[name] = canonical(x) if name in recanon else x
         return env, sizes
 
-    def one(self, name: str, t, what: str, x, sizes: dict, device) -> None:
+    def one(self, name: str, t, what: str, x, sizes: dict, device, dtypes: bool = True) -> None:
         """Device, dtype, shape (binding dynamic dims into ``sizes``), contiguity."""
         p = self.plan
         shape = p.folded.get(name)
@@ -162,7 +164,7 @@ class Checker:
             raise CodaRuntimeError(f"{where} is a {x.layout} tensor; kernels take dense ones")
         if x.device != device:
             raise CodaRuntimeError(f"{where} is on {x.device}; kernels run on {device}")
-        if x.dtype != TORCH_DTYPES[t.dtype]:
+        if dtypes and x.dtype != TORCH_DTYPES[t.dtype]:
             raise CodaRuntimeError(f"{where} is {x.dtype}; expected {t.dtype}")
         if x.dim() != len(shape):
             raise CodaRuntimeError(f"{where} has shape {tuple(x.shape)}; expected {list(t.shape)}")
