@@ -16,3 +16,10 @@ def load(directory, tuned=None):
     from coda_spec.runtime import load as _load
 
     return _load(directory, tuned=tuned)
+
+
+def op(build, tuned=None):
+    """A built chain as a torch op with autograd (``coda_spec.ops.op``; docs/training.md)."""
+    from coda_spec.ops import op as _op
+
+    return _op(build, tuned=tuned)

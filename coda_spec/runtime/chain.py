@@ -160,6 +160,29 @@ class Chain:
         (default: the current CUDA device); ``dtypes=False``: any dtype (fp64 math)."""
         return self._check.inputs(inputs, None, device, dtypes)[2]
 
+    def shape(self, tensor: str, sizes: dict) -> tuple:
+        """A chain tensor's shape at ``sizes`` (every dim its expression names; a traced
+        ``torch.SymInt`` stays symbolic)."""
+        return self._plan.shape(tensor, sizes)
+
+    def bind_backward(self, saved: dict, grads: dict, device=None, dtypes: bool = True) -> dict:
+        """Validate what :meth:`backward` takes (``saved``: at least :attr:`saved`); return the
+        dim sizes. ``device`` and ``dtypes`` as for :meth:`bind`."""
+        return self._check.saved(self._saved_of(saved), grads, device, dtypes)[2]
+
+    def _saved_of(self, saved: dict) -> dict:
+        """The tensors of :attr:`saved` out of ``saved``, or the refusal naming what is
+        missing."""
+        if not self.manifest.backward_steps:
+            raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
+        missing = [n for n in self._plan.saved if n not in saved]
+        if missing:
+            raise CodaRuntimeError(
+                f"{self.name}: backward needs the saved forward tensors {self._plan.saved}; "
+                f"missing {missing}"
+            )
+        return {n: saved[n] for n in self._plan.saved}
+
     def gemm_extents(self, step, sizes: dict) -> tuple[int, int, int]:
         """(M, N, K) of a kernel step's GEMM at ``sizes``."""
         return self._plan.gemm_extents(step, sizes)
@@ -202,15 +225,7 @@ class Chain:
         least) :attr:`saved` -- the env :meth:`run` returned will do -- and ``grads`` the
         incoming gradients. Runs the backward steps only. Returns the backward outputs.
         ``add_to`` gradients accumulate IN PLACE into the incoming gradient they name."""
-        if not self.manifest.backward_steps:
-            raise CodaRuntimeError(f"{self.name}: the chain has no backward section")
-        missing = [n for n in self._plan.saved if n not in saved]
-        if missing:
-            raise CodaRuntimeError(
-                f"{self.name}: backward needs the saved forward tensors {self._plan.saved}; "
-                f"missing {missing}"
-            )
-        tensors = {n: saved[n] for n in self._plan.saved}
+        tensors = self._saved_of(saved)
         if check:
             device, env, sizes = self._check.saved(tensors, grads)
         else:

@@ -92,14 +92,15 @@ class Checker:
         env, sizes = self.tensors(declared, tensors, device, dtypes)
         return device, env, sizes
 
-    def saved(self, saved: dict, grads: dict) -> tuple:
-        """Validate :meth:`Chain.backward`'s saved tensors and gradients: (device, env, sizes)."""
+    def saved(self, saved: dict, grads: dict, device=None, dtypes: bool = True) -> tuple:
+        """Validate :meth:`Chain.backward`'s saved tensors and gradients: (device, env, sizes);
+        ``device`` and ``dtypes`` as for :meth:`inputs`."""
         p = self.plan
         self.grad_names(grads)
         declared = {n: (p.manifest.tensors[n], "saved tensor") for n in p.saved}
         declared.update({n: (t, "gradient") for n, t in p.grads_in.items()})
-        device = current_device()
-        env, sizes = self.tensors(declared, {**saved, **grads}, device)
+        device = current_device() if device is None else device
+        env, sizes = self.tensors(declared, {**saved, **grads}, device, dtypes)
         return device, env, sizes
 
     def grad_names(self, grads: dict) -> None:

@@ -1,0 +1,278 @@
+"""Built chains as torch ops: ``coda::<spec name>``, with autograd from the backward section.
+
+    import coda_spec
+    llama = coda_spec.op("build/llama_block-latest")     # a ChainOp
+    out = llama(y=y, w_o=w_o, ...)                        # {"x1": ..., "qkv": ...}, differentiable
+    out["x2"].float().sum().backward()                    # runs the backward section's kernels
+
+docs/training.md is the user's guide. The contract, as torch.library intends it:
+
+* **One custom op per chain**, ``torch.ops.coda.<name>`` (schema: the chain's required inputs,
+  positionally, as ``Tensor a0, a1, ...``; it returns the declared outputs, then the forward
+  tensors the backward section saves that are not outputs). It is functional: every returned
+  tensor is fresh. An ``add_to`` output (a kernel that accumulates in place) is computed into a
+  copy of the tensor it accumulates into, so the input is never written.
+* ``register_fake`` sizes every returned tensor from the manifest's shape expressions, with the
+  dynamic dim (M) read off the input that carries it, symbolic under ``torch.compile``.
+* **Autograd** (a chain with a ``backward:`` section): ``setup_context`` saves exactly the spec's
+  ``backward.save``; the backward is a second op, ``coda::<name>_backward``, which runs the
+  backward steps on those saved tensors (the forward never runs again). Outputs that no
+  incoming gradient is declared for (statistics such as ``r``) are non-differentiable; inputs
+  that no backward output is the gradient of (``pos``, ``target``) get ``None``. Incoming
+  gradients are made contiguous (``.sum().backward()`` hands a zero-stride one) and copied
+  when a backward kernel accumulates into them (``add_to``).
+* **A CPU implementation of both ops**: the reference interpreter (``coda_spec.reference``) at the
+  declared dtypes (its low-precision pipeline: fp32 math, rounding at every stored tensor), or
+  in fp64 when every floating input is fp64 (``torch.autograd.gradcheck``). CUDA runs the built
+  kernels through ``coda_spec.runtime``.
+* **Refusals** are the runtime's: a wrong dtype, shape or device, a missing input or gradient,
+  and an input that requires grad in a chain with no backward section, each a
+  ``CodaRuntimeError`` before any launch.
+* **Eager calls** skip the dispatcher when no autograd is needed and torch.compile is not
+  tracing (QuACK's eager bypass): the call is then the chain's own call, checks included.
+* **Under torch.compile** the op is opaque: each call picks its variant as a direct call does
+  (forced, else the tune table's entry for the call's M, else the fallback) and allocates its
+  partial buffers inside the op.
+
+One op name per process: ``coda::<name>`` runs the build :func:`op` last made its op;
+:func:`op` on the same build again returns the same :class:`ChainOp`, on another build of that
+name it raises (load one build per spec name, or rename the spec). Make ops with :func:`op`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from coda_spec.dtypes import TORCH_DTYPES
+from coda_spec.reference import run as reference_run
+from coda_spec.reference import run_backward as reference_backward
+from coda_spec.runtime import Chain, CodaRuntimeError, load
+
+# torch.library's registry lasts the process, so these do too: the ChainOp each op name's calls
+# run (one build per spec name), and the torch ops defined so far with their schemas.
+_OPS: dict = {}
+_DEFINED: dict = {}
+
+
+def op(chain_or_build, tuned=None) -> ChainOp:
+    """The torch op of a built chain: a :class:`Chain` or a build directory (loaded with
+    ``tuned`` as :func:`coda_spec.load` does)."""
+    chain = chain_or_build if isinstance(chain_or_build, Chain) else load(chain_or_build, tuned)
+    have = _OPS.get(chain.name)
+    if have is not None:
+        if have.chain.directory != chain.directory:
+            raise CodaRuntimeError(
+                f"coda::{chain.name} is already the op of {have.chain.directory} in this "
+                f"process; load one build of a spec name as an op ({chain.directory} is another)"
+            )
+        return have
+    made = ChainOp(chain)
+    _OPS[chain.name] = made
+    return made
+
+
+def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
+    """The torch ops ``coda::<name>`` (and ``coda::<name>_backward``), defined once per process:
+    their implementations run the ChainOp that :func:`op` holds for the name at call time."""
+    key = (schema, backward_schema)
+    have = _DEFINED.get(name)
+    if have is not None:
+        if have[0] != key:
+            raise CodaRuntimeError(
+                f"coda::{name} is already defined in this process with another signature "
+                f"({have[0][0]}); one spec per name in a process"
+            )
+        return have[1]
+
+    def run(method):
+        return lambda *args: getattr(_OPS[name], method)(*args)
+
+    fwd = torch.library.custom_op(f"coda::{name}", run("_forward"), mutates_args=(), schema=schema)
+    fwd.register_kernel("cpu", run("_forward_cpu"))
+    fwd.register_fake(run("_fake"))
+    bwd = None
+    if backward_schema is not None:
+        bwd = torch.library.custom_op(
+            f"coda::{name}_backward", run("_backward"), mutates_args=(), schema=backward_schema
+        )
+        bwd.register_kernel("cpu", run("_backward_cpu"))
+        bwd.register_fake(run("_backward_fake"))
+        fwd.register_autograd(
+            lambda ctx, *grads: _OPS[name]._grad(ctx, *grads),
+            setup_context=lambda ctx, inputs, output: _OPS[name]._setup_context(
+                ctx, inputs, output
+            ),
+        )
+    _DEFINED[name] = (key, (fwd, bwd))
+    return fwd, bwd
+
+
+def _schema(n_in: int, n_out: int) -> str:
+    args = ", ".join(f"Tensor a{i}" for i in range(n_in))
+    return f"({args}) -> ({', '.join(['Tensor'] * n_out)})"
+
+
+class ChainOp:
+    """A chain as ``torch.ops.coda.<name>`` (see the module docstring). Call it with the
+    chain's inputs as keyword tensors; it returns the declared outputs by name."""
+
+    def __init__(self, chain: Chain):
+        m = chain.manifest
+        self.chain, self.name = chain, m.name
+        self.inputs = list(chain.required_inputs)
+        self.outputs = [o.name for o in m.outputs]
+        self.has_backward = bool(m.backward_steps)
+        self.saved = list(chain.saved) if self.has_backward else []
+        done = set(self.inputs) | set(self.outputs)
+        self.returns = self.outputs + [n for n in self.saved if n not in done]
+        self.grads = [(g.name, g.of) for g in m.grads_in]  # incoming: (gradient, output)
+        self.grad_outputs = [(o.name, o.of) for o in m.backward_outputs]  # (gradient, input)
+        self.differentiable = {of for _, of in self.grads}
+        self._into = {s.add_to for s in m.steps if s.kind == "kernel" and s.add_to}
+        self._into_bwd = {s.add_to for s in m.backward_steps if s.kind == "kernel" and s.add_to}
+        self._dtypes = {n: TORCH_DTYPES[m.tensors[n].dtype] for n in self.returns}
+        n_bwd = len(self.saved) + len(self.grads) if self.has_backward else 0
+        self.op, self.backward_op = _define(
+            self.name,
+            _schema(len(self.inputs), len(self.returns)),
+            _schema(n_bwd, len(self.grad_outputs)) if self.has_backward else None,
+        )
+
+    def __repr__(self) -> str:
+        return f"<coda op coda::{self.name} of {self.chain.directory}>"
+
+    # -- the call ----------------------------------------------------------------------------
+    def __call__(self, **inputs) -> dict:
+        unknown = inputs.keys() - {t.name for t in self.chain.manifest.inputs}
+        missing = [n for n in self.inputs if n not in inputs]
+        if unknown or missing:  # the runtime's own wording
+            self.chain.bind(inputs, device=torch.device("meta"))
+        args = [inputs[n] for n in self.inputs]
+        needs_grad = torch.is_grad_enabled() and any(
+            a.requires_grad for a in args if isinstance(a, torch.Tensor)
+        )
+        if needs_grad and not self.has_backward:
+            grads = [n for n, a in zip(self.inputs, args, strict=True) if a.requires_grad]
+            raise CodaRuntimeError(
+                f"{self.name}: input(s) {grads} require grad, but the chain has no backward "
+                "section; detach them, or add backward: to the spec"
+            )
+        if needs_grad or torch.compiler.is_compiling():
+            got = self.op(*args)
+        else:  # the eager bypass: no dispatcher, no autograd graph
+            cuda = all(a.device.type == "cuda" for a in args if isinstance(a, torch.Tensor))
+            got = (self._forward if cuda else self._forward_cpu)(*args)
+        return dict(zip(self.outputs, got, strict=False))
+
+    # -- forward -----------------------------------------------------------------------------
+    def _forward(self, *args) -> tuple:
+        inputs = dict(zip(self.inputs, args, strict=True))
+        for t in self._into:  # accumulate into a copy: the op never writes its inputs
+            inputs[t] = inputs[t].clone()
+        env = self.chain.run(inputs)
+        return tuple(env[n] for n in self.returns)
+
+    def _forward_cpu(self, *args) -> tuple:
+        inputs = dict(zip(self.inputs, args, strict=True))
+        fp64 = _all_fp64(inputs.values())
+        sizes = self.chain.bind(inputs, device=torch.device("cpu"), dtypes=not fp64)
+        env = reference_run(self.chain.checked().analysis, inputs, _precision(fp64), sizes)
+        return tuple(self._out(env[n], n, fp64) for n in self.returns)
+
+    def _fake(self, *args) -> tuple:
+        inputs = dict(zip(self.inputs, args, strict=True))
+        sizes = self._sizes(inputs)
+        fp64 = _all_fp64(inputs.values())
+        device = args[0].device
+        return tuple(
+            torch.empty(self._shape(n, sizes), dtype=self._dtype(n, fp64), device=device)
+            for n in self.returns
+        )
+
+    # -- autograd ----------------------------------------------------------------------------
+    def _setup_context(self, ctx, inputs, output) -> None:
+        env = dict(zip(self.inputs, inputs, strict=True))
+        env.update(zip(self.returns, output, strict=True))
+        ctx.save_for_backward(*(env[n] for n in self.saved))
+        ctx.mark_non_differentiable(
+            *(x for n, x in zip(self.returns, output, strict=True) if n not in self.differentiable)
+        )
+
+    def _grad(self, ctx, *grad_outputs):
+        by_output = dict(zip(self.returns, grad_outputs, strict=True))
+        # zero-stride (expand) or transposed gradients are made dense; a None (an output the
+        # loss never used) never reaches here: autograd materializes it as zeros
+        incoming = [by_output[of].contiguous() for _, of in self.grads]
+        got = self.backward_op(*ctx.saved_tensors, *incoming)
+        of_input = {of: g for (_, of), g in zip(self.grad_outputs, got, strict=True)}
+        return tuple(of_input.get(n) for n in self.inputs)
+
+    def _backward_split(self, args) -> tuple[dict, dict]:
+        saved = dict(zip(self.saved, args[: len(self.saved)], strict=True))
+        grads = dict(zip((g for g, _ in self.grads), args[len(self.saved) :], strict=True))
+        return saved, grads
+
+    def _backward(self, *args) -> tuple:
+        saved, grads = self._backward_split(args)
+        for g in self._into_bwd & grads.keys():  # a kernel accumulates into it: a copy
+            grads[g] = grads[g].clone()
+        out = self.chain.backward(saved, **grads)
+        return tuple(out[g] for g, _ in self.grad_outputs)
+
+    def _backward_cpu(self, *args) -> tuple:
+        saved, grads = self._backward_split(args)
+        fp64 = _all_fp64([*saved.values(), *grads.values()])
+        sizes = self.chain.bind_backward(saved, grads, device=torch.device("cpu"), dtypes=not fp64)
+        analysis = self.chain.checked().analysis
+        env = reference_backward(analysis, {**saved, **grads}, _precision(fp64), sizes)
+        return tuple(self._out(env[g], g, fp64) for g, _ in self.grad_outputs)
+
+    def _backward_fake(self, *args) -> tuple:
+        saved, grads = self._backward_split(args)
+        sizes = self._sizes(saved)
+        fp64 = _all_fp64([*saved.values(), *grads.values()])
+        device = args[0].device
+        m = self.chain.manifest
+        return tuple(
+            torch.empty(
+                self._shape(g, sizes),
+                dtype=torch.float64 if fp64 else TORCH_DTYPES[m.tensors[g].dtype],
+                device=device,
+            )
+            for g, _ in self.grad_outputs
+        )
+
+    # -- shapes and dtypes -------------------------------------------------------------------
+    def _sizes(self, tensors: dict) -> dict:
+        """The build's static dims and the dynamic one, read off a tensor that carries it (a
+        ``torch.SymInt`` under tracing)."""
+        m = self.chain.manifest
+        sizes = dict(m.static)
+        dyn = m.dynamic
+        for name, x in tensors.items():
+            for axis, d in enumerate(m.tensors[name].shape if name in m.tensors else ()):
+                if d == dyn:
+                    sizes[dyn] = x.shape[axis]
+                    return sizes
+        return sizes
+
+    def _shape(self, name: str, sizes: dict) -> tuple:
+        return self.chain.shape(name, sizes)
+
+    def _dtype(self, name: str, fp64: bool):
+        return torch.float64 if fp64 else self._dtypes[name]
+
+    def _out(self, x: torch.Tensor, name: str, fp64: bool) -> torch.Tensor:
+        """A reference value as the op returns it: its dtype, contiguous, never an input."""
+        m = self.chain.manifest
+        dtype = torch.float64 if fp64 else TORCH_DTYPES[m.tensors[name].dtype]
+        return x.to(dtype).contiguous().clone()
+
+
+def _all_fp64(tensors) -> bool:
+    floats = [x for x in tensors if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    return bool(floats) and all(x.dtype == torch.float64 for x in floats)
+
+
+def _precision(fp64: bool) -> str:
+    return "fp64" if fp64 else "lowp"

@@ -1,0 +1,228 @@
+"""``coda_spec.ops`` without a GPU: built chains as torch ops on their CPU implementation.
+
+A build here is the CPU tests' (``tests.test_runtime_cpu.make_build``: a shrunk spec and the
+manifest ``coda build`` would write). The op's CPU kernels are the reference interpreter at the
+declared dtypes (fp64 under gradcheck), so autograd, ``torch.compile`` and every refusal run in
+CI; the H200 checks the CUDA kernels against ``Chain.backward`` (benchmarks/issue19_device.sh).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda_spec
+from coda_spec import ops, reference
+from coda_spec.runtime import CodaRuntimeError
+from tests import test_runtime_cpu as rt
+
+LLAMA_DIMS = {"D": 128, "F": 128}  # small enough for gradcheck, big enough for RoPE's heads
+
+
+@pytest.fixture
+def build(tmp_path, monkeypatch):
+    """``build(name)``: (ChainOp, checked spec) of a fresh build; ops of earlier tests are
+    forgotten (each test gets its own build directory, so its own op)."""
+    monkeypatch.setattr(ops, "_OPS", {})
+    monkeypatch.setitem(
+        rt.SPECS, "llama_small", (rt.ROOT / "specs" / "llama_block.yaml", LLAMA_DIMS)
+    )
+
+    def make(name: str):
+        d, checked = rt.make_build(tmp_path, name)
+        return ops.op(coda_spec.load(d, tuned=False)), checked
+
+    return make
+
+
+def _inputs(checked, m: int, seed: int = 0) -> tuple[dict, dict]:
+    return rt._inputs(checked, m, seed)
+
+
+def _trainable(op, inputs: dict, dtype=None) -> dict:
+    """The inputs, the ones the spec differentiates requiring grad (in ``dtype`` if given)."""
+    wrt = {of for _, of in op.grad_outputs}
+    out = {}
+    for k, v in inputs.items():
+        if k in wrt:
+            v = (v.to(dtype) if dtype else v.clone()).requires_grad_(True)
+        elif dtype is not None and v.is_floating_point():
+            v = v.to(dtype)
+        out[k] = v
+    return out
+
+
+def _loss(out: dict):
+    return out["x2"].float().pow(2).sum() + (out["qkv"].float() * 0.5).sum()
+
+
+def test_the_op_is_registered_with_the_chains_contract(build):
+    op, _ = build("rmsnorm_chain")
+    assert torch.ops.coda.rmsnorm_chain.default is not None
+    assert op.inputs == ["y", "w_o", "x", "gamma", "w_up"] and op.returns == ["x1", "r", "out"]
+    assert op.backward_op is None and repr(op).startswith("<coda op coda::rmsnorm_chain of ")
+
+
+@pytest.mark.parametrize("via", ["eager", "dispatcher"])
+def test_cpu_outputs_are_the_reference_at_the_declared_dtypes(build, via):
+    op, checked = build("rmsnorm_chain")
+    sizes, low = _inputs(checked, 16)
+    if via == "eager":
+        got = op(**low)
+    else:
+        got = torch.ops.coda.rmsnorm_chain(*[low[n] for n in op.inputs])
+        got = dict(zip(op.returns, got, strict=True))
+    ref = reference.run(checked.analysis, low, "lowp", sizes)
+    for name, dtype in (("x1", torch.bfloat16), ("r", torch.float32), ("out", torch.bfloat16)):
+        assert got[name].dtype == dtype
+        assert torch.equal(got[name], ref[name].to(dtype)), name
+
+
+def test_outputs_are_fresh_tensors_and_add_to_writes_no_input(build):
+    """Functional: nothing returned shares memory with an input, and llama's backward, whose
+    kernels accumulate into the incoming d_x2 (add_to), leaves the caller's gradient alone."""
+    op, checked = build("llama_small")
+    _, low = _inputs(checked, 8)
+    x = _trainable(op, low)
+    out = op(**x)
+    ptrs = {v.untyped_storage().data_ptr() for v in low.values()}
+    assert not any(v.untyped_storage().data_ptr() in ptrs for v in out.values())
+    g = torch.randn_like(out["x2"], dtype=torch.float32).to(torch.bfloat16)
+    kept = g.clone()
+    torch.autograd.backward([out["x2"]], [g])
+    assert torch.equal(g, kept)
+
+
+def test_autograd_runs_the_backward_section(build):
+    """Gradients through the op are the backward section's, from the saved tensors: equal to the
+    reference interpreter's forward + backward with the same incoming gradients."""
+    op, checked = build("llama_small")
+    sizes, low = _inputs(checked, 8)
+    x = _trainable(op, low)
+    out = op(**x)
+    g_x2, g_qkv = torch.randn_like(out["x2"].float()), torch.randn_like(out["qkv"].float())
+    torch.autograd.backward([out["x2"], out["qkv"]], [g_x2.bfloat16(), g_qkv.bfloat16()])
+    grads = {"d_x2": g_x2.bfloat16(), "d_qkv": g_qkv.bfloat16()}
+    ref = reference.run(checked.analysis, low, "lowp", sizes, grads=grads)
+    for grad, of in op.grad_outputs:
+        want = ref[grad].to(x[of].dtype)
+        torch.testing.assert_close(x[of].grad, want, rtol=0, atol=0, msg=grad)
+    assert x["pos"].grad is None and not x["freqs"].requires_grad
+
+
+def test_statistics_are_not_differentiable(build):
+    op, checked = build("llama_small")
+    _, low = _inputs(checked, 4)
+    out = op(**_trainable(op, low))
+    assert out["x2"].requires_grad and out["qkv"].requires_grad
+    assert not any(out[n].requires_grad for n in ("x1", "r1", "z1", "r2"))
+
+
+def test_gradcheck_in_fp64(build):
+    """The spec's backward section is the derivative of its forward: gradcheck of the op in
+    fp64 (the CPU kernels run the reference in fp64 when every floating input is fp64)."""
+    op, checked = build("llama_small")
+    _, low = _inputs(checked, 3)
+    x = _trainable(op, low, torch.float64)
+    wrt = [of for _, of in op.grad_outputs]
+
+    def f(*leaves):
+        out = op(**{**x, **dict(zip(wrt, leaves, strict=True))})
+        return out["x2"], out["qkv"]
+
+    assert torch.autograd.gradcheck(f, tuple(x[n] for n in wrt), fast_mode=True)
+
+
+def test_a_zero_stride_incoming_gradient(build):
+    """``.sum().backward()`` hands the op an expanded (zero-stride) gradient: made dense."""
+    op, checked = build("llama_small")
+    _, low = _inputs(checked, 4)
+    x = _trainable(op, low)
+    op(**x)["x2"].sum().backward()
+    assert x["w_o"].grad is not None and torch.isfinite(x["w_o"].grad.float()).all()
+
+
+@pytest.mark.slow
+def test_compile_fullgraph_has_no_graph_break_and_keeps_m_dynamic(build):
+    """``torch.compile(fullgraph=True, dynamic=True)`` of a training step through the op: one
+    graph, no break; the compiled step gives eager's loss and gradients, at two values of M."""
+    op, checked = build("llama_small")
+
+    def step(**kw):
+        return _loss(op(**kw))
+
+    _, low = _inputs(checked, 8)
+    explained = torch._dynamo.explain(step)(**_trainable(op, low))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    compiled = torch.compile(step, fullgraph=True, dynamic=True)
+    for m in (8, 13):
+        _, low = _inputs(checked, m, seed=m)
+        a, b = _trainable(op, low), _trainable(op, low)
+        compiled(**a).backward()
+        step(**b).backward()
+        for _, of in op.grad_outputs:
+            assert torch.equal(a[of].grad, b[of].grad), (m, of)
+
+
+# -- refusals: the runtime's CodaRuntimeError, before anything runs ------------------------------
+
+
+def _bad(how: str, low: dict) -> dict:
+    bad = dict(low)
+    if how == "dtype":
+        bad["x"] = bad["x"].float()
+    elif how == "shape":
+        bad["x"] = bad["x"][:, :-8].contiguous()
+    elif how == "device":
+        bad["x"] = torch.empty(bad["x"].shape, dtype=bad["x"].dtype, device="meta")
+    elif how == "missing":
+        del bad["x"]
+    elif how == "unknown":
+        bad["bogus"] = bad["x"]
+    return bad
+
+
+REFUSALS = [
+    ("dtype", "input 'x' is torch.float32; expected bf16"),
+    ("shape", "input 'x' dim 1 is 504; expected 512"),
+    ("device", "input 'x' is on meta; kernels run on cpu"),
+    ("missing", r"missing input\(s\) \['x'\]"),
+    ("unknown", r"unknown input\(s\) \['bogus'\]"),
+]
+
+
+@pytest.mark.parametrize("how, message", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_bad_input_is_the_runtimes_refusal(build, how, message):
+    op, checked = build("rmsnorm_chain")
+    _, low = _inputs(checked, 8)
+    with pytest.raises(CodaRuntimeError, match=message):
+        op(**_bad(how, low))
+
+
+def test_requires_grad_without_a_backward_section_is_refused(build):
+    op, checked = build("rmsnorm_chain")
+    _, low = _inputs(checked, 8)
+    low["w_up"].requires_grad_(True)
+    with pytest.raises(CodaRuntimeError, match=r"\['w_up'\] require grad.*no backward"):
+        op(**low)
+
+
+def test_a_gradient_of_the_wrong_shape_is_refused(build):
+    op, checked = build("llama_small")
+    _, low = _inputs(checked, 4)
+    x = _trainable(op, low)
+    out = op(**x)
+    saved = {**x, **out}
+    grads = [out["qkv"].detach(), out["x2"].detach()[:, :-8].contiguous()]
+    with pytest.raises(CodaRuntimeError, match="gradient 'd_x2' dim 1 is 120; expected 128"):
+        op.backward_op(*(saved[n].detach() for n in op.saved), *grads)
+
+
+def test_one_build_per_op_name(build, tmp_path):
+    op, _ = build("rmsnorm_chain")
+    assert ops.op(op.chain) is op
+    other = tmp_path / "other"
+    other.mkdir()
+    d, _ = rt.make_build(other, "rmsnorm_chain")
+    with pytest.raises(CodaRuntimeError, match="already the op of"):
+        ops.op(d)
