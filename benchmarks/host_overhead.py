@@ -1,4 +1,4 @@
-"""Host time per call of built chains (issue 10): coda's own Python between launches.
+"""Host time per call of built chains (issues 10, 18, 19): coda's own Python between launches.
 
 Run on the GPU machine (carry .device and the builds):
 
@@ -11,7 +11,8 @@ GPU keeps up, with a ``torch.cuda.synchronize`` every 8 calls outside the timed 
 launch queue never fills). Reported: median and p90 per call, with checks on and off, the
 launches per call (GEMM kernels, host kernels, finalize kernels), and the median per launch. For
 comparison: a CUDA-graph replay of the same call (its CPU time), and torch's own cost of
-launching a kernel (``torch.add`` on a small tensor).
+launching a kernel (``torch.add`` on a small tensor). Forward rows also time the chain's torch
+op (``coda_spec.op``): its eager call and a call through the dispatcher.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import coda_spec  # noqa: E402
 from coda_spec import load  # noqa: E402
 from coda_spec.bench.driver import Options, draw  # noqa: E402
 
@@ -96,6 +98,8 @@ def measure(build: Path, m: int, calls: int) -> list[dict]:
         with torch.cuda.graph(graph):
             chain.run(inputs, grads=g)
         row["graph_replay"] = _stats(_time_calls(graph.replay, calls))
+        if g is None:  # the torch op of the chain: its eager bypass, and through the dispatcher
+            row.update(_op_rows(coda_spec.op(chain), inputs, calls, launches))
         rows.append(row)
     return rows
 
@@ -144,6 +148,19 @@ def _launch_calls(chain, inputs: dict, calls: int) -> dict:
     return {k: round(statistics.median(v), 1) for k, v in spent.items() if v}
 
 
+def _op_rows(op, inputs: dict, calls: int, launches: int) -> dict:
+    """The chain's torch op (docs/training.md): ``op(**inputs)`` (the eager bypass: no
+    dispatcher) and ``torch.ops.coda.<name>`` itself (the dispatcher, as under autograd)."""
+    args = [inputs[n] for n in op.inputs]
+    out = {}
+    for key, fn in (("op_eager", lambda: op(**inputs)), ("op_dispatch", lambda: op.op(*args))):
+        for _ in range(20):
+            fn()
+        out[key] = _stats(_time_calls(fn, calls))
+        out[f"{key}_per_launch_us"] = round(out[key]["median_us"] / launches, 1)
+    return out
+
+
 def torch_launch_us(calls: int) -> dict:
     x = torch.ones(256, device="cuda")
     for _ in range(50):
@@ -175,6 +192,13 @@ def main(argv=None) -> int:
             f"{r['unchecked']['median_us']:12.1f} {r['unchecked_per_launch_us']:10.1f} "
             f"{r['graph_replay']['median_us']:15.1f}"
         )
+    for r in rows:
+        if "op_eager" in r:
+            print(
+                f"{r['chain']:22} op: eager {r['op_eager']['median_us']:.1f} us "
+                f"({r['op_eager_per_launch_us']} per launch), through the dispatcher "
+                f"{r['op_dispatch']['median_us']:.1f} us ({r['op_dispatch_per_launch_us']})"
+            )
     print(f"torch.add launch (reference): median {ref['median_us']} us, p90 {ref['p90_us']} us")
     print(f"torch.empty on the GPU (reference): median {empty['median_us']} us")
     for p in parts:

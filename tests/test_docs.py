@@ -47,3 +47,29 @@ def test_architecture_docs_quote_softcap_as_it_is():
     quoted = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert any(block.strip() in source for block in quoted)
     assert "PRIMITIVE = parameterised_unary(" in quoted[0]
+
+
+def test_the_training_example_trains_on_the_cpu(tmp_path, monkeypatch):
+    """docs/training.md's step, as written, on a small CPU build of llama_block (the op's CPU
+    implementation): three steps, a finite loss, every weight moved by AdamW."""
+    import torch
+
+    from coda_spec import ops
+    from tests import test_runtime_cpu as rt
+
+    monkeypatch.setattr(ops, "_OPS", {})
+    spec = ROOT / "specs" / "llama_block.yaml"
+    monkeypatch.setitem(rt.SPECS, "llama_doc", (spec, {"D": 128, "F": 128}))
+    build, _ = rt.make_build(tmp_path, "llama_doc")
+    text = (ROOT / "docs" / "training.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    assert '"build/llama_block-latest"' in code and "M, D, F = 2048," in code
+    code = code.replace('"build/llama_block-latest"', repr(str(build)))
+    code = code.replace("M, D, F = 2048,", "M, D, F = 8,")
+    scope: dict = {}
+    exec(compile(code, "docs/training.md", "exec"), scope)  # noqa: S102 - the docs' own code
+    assert torch.isfinite(scope["loss"]).item()
+    moved = [
+        n for n, p in scope["params"].items() if not torch.equal(p, scope["init"][n].bfloat16())
+    ]
+    assert sorted(moved) == sorted(scope["shapes"])

@@ -1,0 +1,111 @@
+"""Built chains as torch ops on a real GPU (marker ``gpu``): the op is the chain, bitwise;
+gradients through it are ``Chain.backward``'s, bitwise; ``torch.compile(fullgraph=True)`` has no
+graph break; ``mode="reduce-overhead"`` (CUDA graphs) replays it. Builds come from
+``coda build specs/<name>.yaml``; a missing build fails loudly with that command.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import need_build
+
+pytestmark = pytest.mark.gpu
+FORWARD = ["rmsnorm_chain", "b2_dgrad_dswiglu", "llama_block"]
+
+
+def _op(name: str, m: int = 1000, seed: int = 0):
+    import torch
+
+    import coda_spec
+    from coda_spec.bench.driver import Options, draw
+
+    op = coda_spec.op(need_build(name), tuned=False)
+    checked = op.chain.checked()
+    sizes = {d.name: (d.size or m) for d in checked.spec.dims}
+    _, inputs, grads = draw(op.chain, checked, sizes, Options(seed=seed))
+    torch.cuda.synchronize()
+    return op, inputs, grads
+
+
+def _trainable(op, inputs: dict) -> dict:
+    wrt = {of for _, of in op.grad_outputs}
+    return {k: (v.clone().requires_grad_(True) if k in wrt else v) for k, v in inputs.items()}
+
+
+@pytest.mark.parametrize("name", FORWARD)
+def test_the_op_is_the_chain_bitwise(name):
+    import torch
+
+    op, inputs, _ = _op(name)
+    want = op.chain(**{k: v.clone() for k, v in inputs.items()})
+    eager = op(**{k: v.clone() for k, v in inputs.items()})
+    dispatched = op.op(*[inputs[n].clone() for n in op.inputs])
+    for i, n in enumerate(op.outputs):
+        assert torch.equal(eager[n], want[n]) and torch.equal(dispatched[i], want[n]), n
+
+
+def _backward_through_op(op, inputs: dict, grads: dict) -> dict:
+    import torch
+
+    x = _trainable(op, inputs)
+    out = op(**x)
+    outs = [out[of] for _, of in op.grads]
+    torch.autograd.backward(outs, [grads[g].clone() for g, _ in op.grads])
+    return {of: x[of].grad for _, of in op.grad_outputs}
+
+
+def test_gradients_through_the_op_are_chain_backward_bitwise():
+    import torch
+
+    op, inputs, grads = _op("llama_block")
+    got = _backward_through_op(op, inputs, grads)
+    env = op.chain.run({k: v.clone() for k, v in inputs.items()})
+    want = op.chain.backward(env, **{k: v.clone() for k, v in grads.items()})
+    for g, of in op.grad_outputs:
+        assert torch.equal(got[of], want[g]), g
+
+
+def _step(op, scale: dict):
+    """A loss whose incoming gradients are exactly ``scale`` (so compiled and eager hand the
+    op the same gradients)."""
+
+    def step(**kw):
+        out = op(**kw)
+        return sum((out[of].float() * scale[of]).sum() for _, of in op.grads)
+
+    return step
+
+
+def test_compile_fullgraph_has_no_graph_break_on_the_gpu():
+    import torch
+
+    op, inputs, grads = _op("llama_block")
+    scale = {of: grads[g].float() for g, of in op.grads}
+    step = _step(op, scale)
+    explained = torch._dynamo.explain(step)(**_trainable(op, inputs))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    compiled = torch.compile(step, fullgraph=True, dynamic=True)
+    a, b = _trainable(op, inputs), _trainable(op, inputs)
+    compiled(**a).backward()
+    step(**b).backward()
+    for _, of in op.grad_outputs:
+        assert torch.equal(a[of].grad, b[of].grad), of
+
+
+def test_reduce_overhead_replays_the_training_step():
+    """``mode="reduce-overhead"``: the step runs as CUDA graphs; three steps give eager's
+    gradients bitwise."""
+    import torch
+
+    op, inputs, grads = _op("llama_block")
+    scale = {of: grads[g].float() for g, of in op.grads}
+    step = _step(op, scale)
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    b = _trainable(op, inputs)
+    step(**b).backward()
+    for _ in range(3):
+        a = _trainable(op, inputs)
+        compiled(**a).backward()
+        for _, of in op.grad_outputs:
+            assert torch.equal(a[of].grad, b[of].grad), of
