@@ -146,7 +146,7 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
                 what = f"kernel '{step}': candidate {config_text(cfg.key())}"
                 _say(f"{path}: {what} dropped: {why}", log)
             complete = _run_stages(path, checked, (lowered, meta, aot), variants, tmp, opts, log)
-        builddir.publish(tmp, final)
+        builddir.publish(tmp, final, replace=opts.force)
     except (SpecError, ToolError):
         failed = opts.out / builddir.failed_name(tmp)  # keep the full logs of a failed build
         shutil.rmtree(failed, ignore_errors=True)

@@ -79,13 +79,17 @@ def point_latest(out: Path, name: str, final: Path) -> None:
     os.replace(tmp, latest(out, name))
 
 
-def publish(tmp: Path, final: Path) -> None:
-    """Rename a finished ``tmp`` into ``final``; a complete build already there wins."""
+def publish(tmp: Path, final: Path, replace: bool = False) -> None:
+    """Rename a finished ``tmp`` into ``final``. A complete build already there wins (a
+    concurrent build of the same content finished first), unless ``replace`` (``coda build
+    --force``: the user asked for this build, so the old one is moved aside and removed)."""
     if final.exists():
-        if (final / MANIFEST).is_file():
+        if (final / MANIFEST).is_file() and not replace:
             shutil.rmtree(tmp)  # a concurrent build finished first: keep theirs
             return
-        shutil.rmtree(final)  # an incomplete (--stop-after) build: replace it
+        old = final.with_name(f"{final.name}.old-{os.getpid()}")
+        os.rename(final, old)  # an incomplete (--stop-after) build, or --force: replace it
+        shutil.rmtree(old, ignore_errors=True)
     try:
         os.rename(tmp, final)
     except OSError:

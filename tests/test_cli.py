@@ -369,3 +369,19 @@ def test_bench_liger_without_the_catalogue_says_where_before_the_gpu(tmp_path, m
     res = _run("bench", "--baselines", "liger", "--builds", tmp_path / "build", spec)
     assert res.exit_code == 1, res.output
     assert "benchmarks/baselines/" in res.output and "source checkout" in res.output
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["cached", "force"])
+def test_force_replaces_a_complete_build(tmp_path, force):
+    """``coda build --force`` publishes the build it made; without it, a complete build of the
+    same content already there (a concurrent one) is kept. (--force used to build and then throw
+    its result away, keeping the old directory.)"""
+    from coda_spec import builddir
+
+    final, tmp = tmp_path / "f2-0123456789ab", tmp_path / "f2.tmp-1"
+    for d, text in ((final, "old"), (tmp, "new")):
+        d.mkdir()
+        (d / "manifest.json").write_text(text)
+    builddir.publish(tmp, final, replace=force)
+    assert (final / "manifest.json").read_text() == ("new" if force else "old")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]
