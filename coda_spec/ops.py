@@ -108,8 +108,19 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
 
 
 def _schema(n_in: int, n_out: int) -> str:
+    """``(Tensor a0, ...) -> (Tensor, ...)``; one output is ``-> Tensor`` (see :func:`_one`)."""
     args = ", ".join(f"Tensor a{i}" for i in range(n_in))
-    return f"({args}) -> ({', '.join(['Tensor'] * n_out)})"
+    return f"({args}) -> " + ("Tensor" if n_out == 1 else f"({', '.join(['Tensor'] * n_out)})")
+
+
+def _one(outs: tuple):
+    """An op's result as its schema has it: the tensor itself when there is one."""
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _many(got) -> tuple:
+    """An op's result as a tuple, one output or several."""
+    return (got,) if isinstance(got, torch.Tensor) else tuple(got)
 
 
 class ChainOp:
@@ -162,36 +173,39 @@ class ChainOp:
         else:  # the eager bypass: no dispatcher, no autograd graph
             cuda = all(a.device.type == "cuda" for a in args if isinstance(a, torch.Tensor))
             got = (self._forward if cuda else self._forward_cpu)(*args)
-        return dict(zip(self.outputs, got, strict=False))
+        return dict(zip(self.outputs, _many(got), strict=False))
 
     # -- forward -----------------------------------------------------------------------------
     def _forward(self, *args) -> tuple:
         inputs = dict(zip(self.inputs, args, strict=True))
         for t in self._into:  # accumulate into a copy: the op never writes its inputs
             inputs[t] = inputs[t].clone()
-        env = self.chain.run(inputs)
-        return tuple(env[n] for n in self.returns)
+        env = self.chain.run(inputs, cache=False)  # an op keeps no tensor between calls
+        return _one(tuple(env[n] for n in self.returns))
 
     def _forward_cpu(self, *args) -> tuple:
         inputs = dict(zip(self.inputs, args, strict=True))
         fp64 = _all_fp64(inputs.values())
         sizes = self.chain.bind(inputs, device=torch.device("cpu"), dtypes=not fp64)
         env = reference_run(self.chain.checked().analysis, inputs, _precision(fp64), sizes)
-        return tuple(self._out(env[n], n, fp64) for n in self.returns)
+        return _one(tuple(self._out(env[n], n, fp64) for n in self.returns))
 
     def _fake(self, *args) -> tuple:
         inputs = dict(zip(self.inputs, args, strict=True))
         sizes = self._sizes(inputs)
         fp64 = _all_fp64(inputs.values())
         device = args[0].device
-        return tuple(
-            torch.empty(self._shape(n, sizes), dtype=self._dtype(n, fp64), device=device)
-            for n in self.returns
+        return _one(
+            tuple(
+                torch.empty(self._shape(n, sizes), dtype=self._dtype(n, fp64), device=device)
+                for n in self.returns
+            )
         )
 
     # -- autograd ----------------------------------------------------------------------------
     def _setup_context(self, ctx, inputs, output) -> None:
         env = dict(zip(self.inputs, inputs, strict=True))
+        output = _many(output)
         env.update(zip(self.returns, output, strict=True))
         ctx.save_for_backward(*(env[n] for n in self.saved))
         ctx.mark_non_differentiable(
@@ -203,7 +217,7 @@ class ChainOp:
         # zero-stride (expand) or transposed gradients are made dense; a None (an output the
         # loss never used) never reaches here: autograd materializes it as zeros
         incoming = [by_output[of].contiguous() for _, of in self.grads]
-        got = self.backward_op(*ctx.saved_tensors, *incoming)
+        got = _many(self.backward_op(*ctx.saved_tensors, *incoming))
         of_input = {of: g for (_, of), g in zip(self.grad_outputs, got, strict=True)}
         return tuple(of_input.get(n) for n in self.inputs)
 
@@ -217,7 +231,7 @@ class ChainOp:
         for g in self._into_bwd & grads.keys():  # a kernel accumulates into it: a copy
             grads[g] = grads[g].clone()
         out = self.chain.backward(saved, **grads)
-        return tuple(out[g] for g, _ in self.grad_outputs)
+        return _one(tuple(out[g] for g, _ in self.grad_outputs))
 
     def _backward_cpu(self, *args) -> tuple:
         saved, grads = self._backward_split(args)
@@ -225,7 +239,7 @@ class ChainOp:
         sizes = self.chain.bind_backward(saved, grads, device=torch.device("cpu"), dtypes=not fp64)
         analysis = self.chain.checked().analysis
         env = reference_backward(analysis, {**saved, **grads}, _precision(fp64), sizes)
-        return tuple(self._out(env[g], g, fp64) for g, _ in self.grad_outputs)
+        return _one(tuple(self._out(env[g], g, fp64) for g, _ in self.grad_outputs))
 
     def _backward_fake(self, *args) -> tuple:
         saved, grads = self._backward_split(args)
@@ -233,13 +247,15 @@ class ChainOp:
         fp64 = _all_fp64([*saved.values(), *grads.values()])
         device = args[0].device
         m = self.chain.manifest
-        return tuple(
-            torch.empty(
-                self._shape(g, sizes),
-                dtype=torch.float64 if fp64 else TORCH_DTYPES[m.tensors[g].dtype],
-                device=device,
+        return _one(
+            tuple(
+                torch.empty(
+                    self._shape(g, sizes),
+                    dtype=torch.float64 if fp64 else TORCH_DTYPES[m.tensors[g].dtype],
+                    device=device,
+                )
+                for g, _ in self.grad_outputs
             )
-            for g, _ in self.grad_outputs
         )
 
     # -- shapes and dtypes -------------------------------------------------------------------

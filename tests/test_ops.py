@@ -226,3 +226,12 @@ def test_one_build_per_op_name(build, tmp_path):
     d, _ = rt.make_build(other, "rmsnorm_chain")
     with pytest.raises(CodaRuntimeError, match="already the op of"):
         ops.op(d)
+
+
+def test_a_chain_of_one_output(build):
+    """One output: the op's schema returns a Tensor, not a tuple of one."""
+    op, checked = build("f2_deferred_norm")
+    _, low = _inputs(checked, 8)
+    got = torch.ops.coda.f2_deferred_norm(*[low[n] for n in op.inputs])
+    assert isinstance(got, torch.Tensor)
+    assert torch.equal(op(**low)[op.outputs[0]], got)

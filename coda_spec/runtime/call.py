@@ -16,10 +16,15 @@ _NVTX = torch._C._nvtx if hasattr(torch._C, "_nvtx") else None  # absent from CP
 
 
 class Call:
-    __slots__ = ("device", "stream", "sizes", "env", "poison", "nvtx")
+    """``cache``: the call may keep what it computes for later calls (RoPE turns tables); a
+    torch op's call may not (CUDA-graph trees require every allocation in their pool to be an
+    output)."""
 
-    def __init__(self, device, sizes: dict, env: dict, poison: bool = False):
+    __slots__ = ("device", "stream", "sizes", "env", "poison", "nvtx", "cache")
+
+    def __init__(self, device, sizes: dict, env: dict, poison: bool = False, cache: bool = True):
         self.device, self.sizes, self.env, self.poison = device, sizes, env, poison
+        self.cache = cache
         cuda = device.type == "cuda"
         self.stream = torch._C._cuda_getCurrentRawStream(device.index) if cuda else 0
         self.nvtx = cuda and _NVTX is not None

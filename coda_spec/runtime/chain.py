@@ -202,14 +202,20 @@ class Chain:
         return {o.name: env[o.name] for o in self.manifest.outputs}
 
     def run(
-        self, inputs: dict, poison: bool = False, grads: dict | None = None, check: bool = True
+        self,
+        inputs: dict,
+        poison: bool = False,
+        grads: dict | None = None,
+        check: bool = True,
+        cache: bool = True,
     ) -> dict:
         """Run every forward step -- and, with ``grads`` (the incoming gradients named in the
         spec's ``backward.grads``), every backward step -- and return every chain tensor
         (required inputs, outputs, intermediates, partial buffers). ``poison`` fills every
         buffer a kernel writes with NaN first, so a verifier can prove each element and partial
         slot was written. Inputs and gradients are all validated before the first step runs;
-        ``check=False`` skips that."""
+        ``check=False`` skips that. ``cache=False``: keep nothing for later calls (the torch
+        op's calls: ``coda_spec.ops``)."""
         if check:
             device, env, sizes = self._check.inputs(inputs, grads)
         else:
@@ -217,7 +223,7 @@ class Chain:
             device, env, sizes = self._check.unchecked({**given, **(grads or {})})
         m = self.manifest
         steps = m.steps + (m.backward_steps if grads is not None else ())
-        self._steps(steps, Call(device, sizes, env, poison))
+        self._steps(steps, Call(device, sizes, env, poison, cache))
         return env
 
     def backward(self, saved: dict, check: bool = True, **grads) -> dict:

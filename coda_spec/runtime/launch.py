@@ -268,7 +268,9 @@ class Launcher:
             return env[t]
         if role == "row":
             x = env[t]
-            return self.turns(x) if f.transform == "turns_table" else x.reshape(1, -1)
+            if f.transform == "turns_table":
+                return self.turns(x) if call.cache else turns_table(x)
+            return x.reshape(1, -1)
         if role == "col":
             x = env[t].reshape(1, -1)
             return x.float() if f.transform == "to_fp32" else x
