@@ -154,10 +154,7 @@ class ChainOp:
 
     # -- the call ----------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
-        unknown = inputs.keys() - {t.name for t in self.chain.manifest.inputs}
-        missing = [n for n in self.inputs if n not in inputs]
-        if unknown or missing:  # the runtime's own wording
-            self.chain.bind(inputs, device=torch.device("meta"))
+        self.chain.check_names(inputs)  # the runtime's own refusals and wording
         args = [inputs[n] for n in self.inputs]
         needs_grad = torch.is_grad_enabled() and any(
             a.requires_grad for a in args if isinstance(a, torch.Tensor)

@@ -165,6 +165,10 @@ class Chain:
         ``torch.SymInt`` stays symbolic)."""
         return self._plan.shape(tensor, sizes)
 
+    def check_names(self, inputs: dict) -> None:
+        """Refuse an unknown keyword or a missing required input (what a call checks first)."""
+        self._check.names(inputs)
+
     def bind_backward(self, saved: dict, grads: dict, device=None, dtypes: bool = True) -> dict:
         """Validate what :meth:`backward` takes (``saved``: at least :attr:`saved`); return the
         dim sizes. ``device`` and ``dtypes`` as for :meth:`bind`."""

@@ -74,14 +74,7 @@ class Checker:
         where they must be (default: the current CUDA device); ``dtypes=False`` accepts any
         dtype (the torch op's CPU implementation runs in fp64 under gradcheck)."""
         p = self.plan
-        unknown = inputs.keys() - p.declared.keys()
-        if unknown:
-            raise CodaRuntimeError(
-                f"{p.name}: unknown input(s) {sorted(unknown)}; expected {sorted(p.declared)}"
-            )
-        missing = [n for n in p.required if n not in inputs]
-        if missing:
-            raise CodaRuntimeError(f"{p.name}: missing input(s) {missing}")
+        self.names(inputs)
         device = current_device() if device is None else device
         tensors = {n: inputs[n] for n in p.required}
         declared = {n: (t, "input") for n, t in p.required.items()}
@@ -91,6 +84,18 @@ class Checker:
             declared.update({n: (t, "gradient") for n, t in p.grads_in.items()})
         env, sizes = self.tensors(declared, tensors, device, dtypes)
         return device, env, sizes
+
+    def names(self, inputs: dict) -> None:
+        """No unknown keyword, no missing required input."""
+        p = self.plan
+        unknown = inputs.keys() - p.declared.keys()
+        if unknown:
+            raise CodaRuntimeError(
+                f"{p.name}: unknown input(s) {sorted(unknown)}; expected {sorted(p.declared)}"
+            )
+        missing = [n for n in p.required if n not in inputs]
+        if missing:
+            raise CodaRuntimeError(f"{p.name}: missing input(s) {missing}")
 
     def saved(self, saved: dict, grads: dict, device=None, dtypes: bool = True) -> tuple:
         """Validate :meth:`Chain.backward`'s saved tensors and gradients: (device, env, sizes);
