@@ -37,6 +37,7 @@ from coda_spec.analyze_order import backward_scope, check_outputs, order_checks,
 from coda_spec.analyze_programs import check_programs, program_diag
 from coda_spec.analyze_steps import StepWalker
 from coda_spec.analyze_types import StepInfo, TensorInfo
+from coda_spec.analyze_writes import check_unused
 from coda_spec.dims import DimError, fold
 from coda_spec.errors import Diagnostic, SpecError, in_order
 from coda_spec.ir import Spec
@@ -131,7 +132,7 @@ def analyze(src: Source, spec: Spec) -> Analysis:
     fwd.update({t.name: t for t in walker.produced})
     produced = {t.name for t in walker.produced}
     check_outputs(src, spec.outputs, fwd, produced, diags, failed=declared, steps=spec.steps)
-    walker.check_unused(spec, set(outputs), warnings)
+    check_unused(walker, spec, set(outputs), warnings)
     check_programs(src, spec, tensors, diags, warnings, produced)
     bsteps: tuple = ()
     all_tensors = list(fwd.values())

@@ -12,21 +12,16 @@ table (``coda_spec.dtypes``).
 from __future__ import annotations
 
 from coda_spec.analyze_types import StepInfo, TensorInfo, TypeCtx, flat, load_hint, shape_expr
-from coda_spec.dims import DimError, fold, show
+from coda_spec.analyze_writes import finalize_step, store_item
 from coda_spec.dtypes import DTYPES
-from coda_spec.errors import Diagnostic, ItemError, closest, did_you_mean
-from coda_spec.expr import ExprError, free_names, parse
-from coda_spec.finalize import NEEDS_EPS, NEEDS_N, finalize_op, ops_folding
+from coda_spec.errors import Diagnostic, ItemError, did_you_mean
+from coda_spec.finalize import ops_folding
 from coda_spec.primitives.base import INDEX_DTYPES, PAIR, VType, double, half
 
 
 def _first_fold(kind: str) -> str:
     """The finalize a hint suggests for a ``kind`` partial (``sum`` for an unknown kind)."""
     return (ops_folding(kind) or ("sum",))[0]
-
-
-def _words(names) -> str:
-    return " and ".join(names)
 
 
 class StepWalker:
@@ -94,7 +89,7 @@ class StepWalker:
         out = []
         for step in steps:
             if step.kind == "finalize":
-                out.append(self.finalize(step, scope, quiet))
+                out.append(finalize_step(self, step, scope, quiet))
             else:
                 out.append(self.epilogue_step(step, scope, quiet))
         for t in self.produced:
@@ -355,7 +350,7 @@ class StepWalker:
                     self._width_note(e.width)
         if p.results == "none":
             vt = results[0] if results is not None else VType("unknown")
-            self._store(step, op, vt, tensors, scope, tc, dtype, writes)
+            store_item(self, step, op, vt, tensors, scope, tc, dtype, writes)
             return True
         if results is not None and len(results) != len(op.results):
             self.err(path + ("as",), f"'{op.prim}' has {len(results)} results; name each in as")
@@ -415,181 +410,3 @@ class StepWalker:
         self.produced.append(info)
         scope[name] = info
         writes.append(name)
-
-    def _store(self, step, op, vt, tensors, scope, tc, dtype, writes):
-        to, path = op.get("to"), op.loc.path
-        shape = (tc.rows, vt.width) if vt.kind == "tile" else (tc.rows,)
-        if vt.kind == "unknown":  # an error upstream explains it: readers stay quiet
-            shape = ("?",)
-        default = dtype if vt.kind in ("tile", "unknown") else "fp32"
-        declared = op.get("dtype")
-        want = self.outputs.get(to)
-        if declared and want and declared != want:
-            if declared == default:  # the store restates its natural dtype: outputs is off
-                self.err(
-                    self.out_section + (to,),
-                    f"outputs declares '{to}' as {want} but step '{step.name}' stores it as "
-                    f"{declared} (line {op.loc.line})",
-                    f"declare '{to}: {declared}', or store it with dtype: {want}",
-                )
-            else:
-                self.err(
-                    path + ("dtype",),
-                    f"store writes {declared} but outputs declares '{to}' as {want}",
-                    "make them agree",
-                )
-            declared = want  # reported here; the outputs check stays quiet
-        dt = declared or want or default
-        if vt.kind == "tile":
-            self.tma_rule(vt.width, dt, path, f"stored tile '{to}'")
-        init = op.get("add_to")
-        if init is not None and tensors.get("add_to") is not None:
-            t = tensors["add_to"]
-            if vt.kind != "unknown" and tuple(t.shape) == shape and t.dtype != dt:
-                self.err(
-                    path + ("add_to",),
-                    f"add_to target '{init}' is {t.dtype} but the store writes {dt}",
-                    self._add_to_fixes(op, t, dt, want),
-                )
-            elif vt.kind != "unknown" and tuple(t.shape) != shape:
-                self.err(
-                    path + ("add_to",),
-                    f"add_to target '{init}' is {t.dtype} "
-                    f"{show(t.shape)} but the stored value is {dt} {show(shape)}",
-                )
-            scope.pop(init, None)
-            self.consumed[init] = (step.name, to)
-        if to in scope and scope[to].producer != step.name:
-            return  # duplicate already reported by the order checks
-        info = TensorInfo(to, shape, dt, "stored", step.name, op.loc, add_to=init)
-        self.produced.append(info)
-        scope[to] = info
-        writes.append(to)
-
-    @staticmethod
-    def _add_to_fixes(op, target, dt, want) -> str:
-        """Both ways out of an add_to dtype mismatch: retype the store, or the target."""
-        to, need = op.get("to"), target.dtype
-        if op.get("dtype") and want:
-            store = f"change the store's dtype to {need} and declare '{to}: {need}' in outputs"
-        elif op.get("dtype"):
-            store = f"change the store's dtype to {need} (dtype: {need})"
-        elif want:
-            store = f"declare '{to}: {need}' in outputs (the store's dtype follows it)"
-        else:
-            store = f"store it as {need} (add dtype: {need} to the store)"
-        if target.origin == "input":
-            other = f"declare tensor '{target.name}' as {dt}"
-        elif target.origin == "stored":
-            other = f"store '{target.name}' as {dt} in step '{target.producer}'"
-        else:
-            other = f"make '{target.name}' {dt}"
-        return f"{store}, or {other}"
-
-    def finalize(self, step, scope, quiet):
-        path = step.loc.path
-        if self._finalize_typo(step, scope, quiet):
-            return self._failed_finalize(step, scope)
-        info = self.tensor(step.of, scope, path + ("of",), quiet)
-        if info is None:
-            return self._failed_finalize(step, scope)
-        if info.origin != "partial":
-            self.err(
-                path + ("of",),
-                f"'{step.of}' is not a reduction partial",
-                "finalize reads the 'as' name of a reduce_row/reduce_col",
-            )
-            return self._failed_finalize(step, scope)
-        self.finalized.add(step.of)
-        kind, rop, width, group, rows = info.partial
-        row = finalize_op(step.op)
-        if rop not in row.reads:
-            self.err(
-                path + ("finalize",),
-                f"'{step.op}' cannot fold '{rop}' partials",
-                "use " + " or ".join(ops_folding(rop)),
-            )
-        if row.needs_eps and step.eps is None:
-            self.err(path, f"{step.op} needs eps", "e.g. eps: 1.0e-6")
-        if step.eps is not None and not row.needs_eps:
-            self.err(path + ("eps",), f"eps applies to {_words(NEEDS_EPS)} only, not '{step.op}'")
-        if step.n is not None:
-            if not row.needs_n:
-                self.err(path + ("n",), f"n applies to {_words(NEEDS_N)} only")
-            try:
-                fold(step.n, self.sizes)
-            except DimError as e:
-                self.err(path + ("n",), str(e), e.hint)
-        shape = info.shape
-        want = self.outputs.get(step.result)
-        if want and want != "fp32":  # the outputs entry is what is wrong: point at its dtype
-            self.err(
-                self.out_section + (step.result,),
-                f"finalize results are fp32; outputs declares '{step.result}' as {want} "
-                f"(the finalize at line {step.loc.line})",
-                f"declare it '{step.result}: fp32'",
-            )
-        # On a mismatch (reported above) record the declared dtype: the outputs check stays quiet.
-        out = TensorInfo(step.result, shape, want or "fp32", "finalized", step.name, step.loc)
-        if step.result not in scope:
-            self.produced.append(out)
-            scope[step.result] = out
-        return StepInfo(step.name, "finalize", (step.of,), (step.result,), rows)
-
-    def _finalize_typo(self, step, scope, quiet) -> bool:
-        """A finalize whose ``of`` misspells a pending partial: report the typo (naming the
-        partial) and count that partial as finalized, so no 'never finalized' knock-on follows."""
-        name = step.of
-        known = (scope, self.consumed, quiet, self.unknown, self.forward)
-        if any(name in names for names in known):
-            return False
-        pending = {
-            t.name: t
-            for t in self.produced
-            if t.origin == "partial" and t.name not in self.finalized
-        }
-        close = closest(name, pending)
-        if not close:
-            return False
-        t = pending[close[0]]
-        self.err(
-            step.loc.path + ("of",),
-            f"unknown tensor '{name}'",
-            f"did you mean '{t.name}'? (the {t.partial[1]} partial of step '{t.producer}', "
-            f"line {t.loc.line})",
-        )
-        self.unknown.add(name)
-        self.finalized.add(t.name)
-        return True
-
-    def _failed_finalize(self, step, scope):
-        """Like _failed, for a finalize whose input is missing (already reported)."""
-        if step.result not in scope:
-            dtype = self.outputs.get(step.result, "fp32")
-            info = TensorInfo(step.result, ("?",), dtype, "finalized", step.name, step.loc)
-            self.produced.append(info)
-            scope[step.result] = info
-        return StepInfo(step.name, "finalize", (), ())
-
-    def check_unused(self, spec, outputs, warnings):
-
-        derived_from = set()  # inputs that exist to derive other inputs are read too
-        for t in spec.tensors:
-            if t.derive is not None:
-                try:
-                    derived_from |= free_names(parse(t.derive, single_expression=True))
-                except ExprError:
-                    pass  # reported by the program checks
-        for t in spec.tensors:
-            saved = spec.backward and t.name in spec.backward.save
-            if t.name not in self.read and t.name not in derived_from and not saved:
-                warnings.append(
-                    Diagnostic(
-                        self.src.file,
-                        t.loc.line,
-                        t.loc.col,
-                        f"tensors.{t.name}",
-                        f"input '{t.name}' is never read",
-                        severity="warning",
-                    )
-                )

@@ -1,0 +1,200 @@
+"""What steps write, for ``analyze``'s walk (``coda_spec.analyze_steps``): stores, finalizes.
+
+Part of stage ``analyze``. :func:`store_item` types an epilogue's ``store`` (its target, dtype
+and ``add_to``); :func:`finalize_step` types a finalize step against the partial it folds (which
+ops fold which reductions, and whether ``n`` and ``eps`` apply, are ``coda_spec.finalize.TABLE``'s);
+:func:`check_unused` warns of an input nothing reads. They are functions of the walker (``w``: a
+``StepWalker``), whose state -- the tensors in scope, the partials still waiting for a finalize --
+they read and extend.
+"""
+
+from __future__ import annotations
+
+from coda_spec.analyze_types import StepInfo, TensorInfo
+from coda_spec.dims import DimError, fold, show
+from coda_spec.errors import Diagnostic, closest
+from coda_spec.expr import ExprError, free_names, parse
+from coda_spec.finalize import NEEDS_EPS, NEEDS_N, finalize_op, ops_folding
+
+
+def _words(names) -> str:
+    return " and ".join(names)
+
+
+def finalize_step(w, step, scope, quiet):
+    path = step.loc.path
+    if _finalize_typo(w, step, scope, quiet):
+        return _failed_finalize(w, step, scope)
+    info = w.tensor(step.of, scope, path + ("of",), quiet)
+    if info is None:
+        return _failed_finalize(w, step, scope)
+    if info.origin != "partial":
+        w.err(
+            path + ("of",),
+            f"'{step.of}' is not a reduction partial",
+            "finalize reads the 'as' name of a reduce_row/reduce_col",
+        )
+        return _failed_finalize(w, step, scope)
+    w.finalized.add(step.of)
+    kind, rop, width, group, rows = info.partial
+    row = finalize_op(step.op)
+    if rop not in row.reads:
+        w.err(
+            path + ("finalize",),
+            f"'{step.op}' cannot fold '{rop}' partials",
+            "use " + " or ".join(ops_folding(rop)),
+        )
+    if row.needs_eps and step.eps is None:
+        w.err(path, f"{step.op} needs eps", "e.g. eps: 1.0e-6")
+    if step.eps is not None and not row.needs_eps:
+        w.err(path + ("eps",), f"eps applies to {_words(NEEDS_EPS)} only, not '{step.op}'")
+    if step.n is not None:
+        if not row.needs_n:
+            w.err(path + ("n",), f"n applies to {_words(NEEDS_N)} only")
+        try:
+            fold(step.n, w.sizes)
+        except DimError as e:
+            w.err(path + ("n",), str(e), e.hint)
+    shape = info.shape
+    want = w.outputs.get(step.result)
+    if want and want != "fp32":  # the outputs entry is what is wrong: point at its dtype
+        w.err(
+            w.out_section + (step.result,),
+            f"finalize results are fp32; outputs declares '{step.result}' as {want} "
+            f"(the finalize at line {step.loc.line})",
+            f"declare it '{step.result}: fp32'",
+        )
+    # On a mismatch (reported above) record the declared dtype: the outputs check stays quiet.
+    out = TensorInfo(step.result, shape, want or "fp32", "finalized", step.name, step.loc)
+    if step.result not in scope:
+        w.produced.append(out)
+        scope[step.result] = out
+    return StepInfo(step.name, "finalize", (step.of,), (step.result,), rows)
+
+
+def _finalize_typo(w, step, scope, quiet) -> bool:
+    """A finalize whose ``of`` misspells a pending partial: report the typo (naming the
+    partial) and count that partial as finalized, so no 'never finalized' knock-on follows."""
+    name = step.of
+    known = (scope, w.consumed, quiet, w.unknown, w.forward)
+    if any(name in names for names in known):
+        return False
+    pending = {t.name: t for t in w.produced if t.origin == "partial" and t.name not in w.finalized}
+    close = closest(name, pending)
+    if not close:
+        return False
+    t = pending[close[0]]
+    w.err(
+        step.loc.path + ("of",),
+        f"unknown tensor '{name}'",
+        f"did you mean '{t.name}'? (the {t.partial[1]} partial of step '{t.producer}', "
+        f"line {t.loc.line})",
+    )
+    w.unknown.add(name)
+    w.finalized.add(t.name)
+    return True
+
+
+def _failed_finalize(w, step, scope):
+    """Like _failed, for a finalize whose input is missing (already reported)."""
+    if step.result not in scope:
+        dtype = w.outputs.get(step.result, "fp32")
+        info = TensorInfo(step.result, ("?",), dtype, "finalized", step.name, step.loc)
+        w.produced.append(info)
+        scope[step.result] = info
+    return StepInfo(step.name, "finalize", (), ())
+
+
+def check_unused(w, spec, outputs, warnings):
+
+    derived_from = set()  # inputs that exist to derive other inputs are read too
+    for t in spec.tensors:
+        if t.derive is not None:
+            try:
+                derived_from |= free_names(parse(t.derive, single_expression=True))
+            except ExprError:
+                pass  # reported by the program checks
+    for t in spec.tensors:
+        saved = spec.backward and t.name in spec.backward.save
+        if t.name not in w.read and t.name not in derived_from and not saved:
+            warnings.append(
+                Diagnostic(
+                    w.src.file,
+                    t.loc.line,
+                    t.loc.col,
+                    f"tensors.{t.name}",
+                    f"input '{t.name}' is never read",
+                    severity="warning",
+                )
+            )
+
+
+def store_item(w, step, op, vt, tensors, scope, tc, dtype, writes):
+    to, path = op.get("to"), op.loc.path
+    shape = (tc.rows, vt.width) if vt.kind == "tile" else (tc.rows,)
+    if vt.kind == "unknown":  # an error upstream explains it: readers stay quiet
+        shape = ("?",)
+    default = dtype if vt.kind in ("tile", "unknown") else "fp32"
+    declared = op.get("dtype")
+    want = w.outputs.get(to)
+    if declared and want and declared != want:
+        if declared == default:  # the store restates its natural dtype: outputs is off
+            w.err(
+                w.out_section + (to,),
+                f"outputs declares '{to}' as {want} but step '{step.name}' stores it as "
+                f"{declared} (line {op.loc.line})",
+                f"declare '{to}: {declared}', or store it with dtype: {want}",
+            )
+        else:
+            w.err(
+                path + ("dtype",),
+                f"store writes {declared} but outputs declares '{to}' as {want}",
+                "make them agree",
+            )
+        declared = want  # reported here; the outputs check stays quiet
+    dt = declared or want or default
+    if vt.kind == "tile":
+        w.tma_rule(vt.width, dt, path, f"stored tile '{to}'")
+    init = op.get("add_to")
+    if init is not None and tensors.get("add_to") is not None:
+        t = tensors["add_to"]
+        if vt.kind != "unknown" and tuple(t.shape) == shape and t.dtype != dt:
+            w.err(
+                path + ("add_to",),
+                f"add_to target '{init}' is {t.dtype} but the store writes {dt}",
+                _add_to_fixes(op, t, dt, want),
+            )
+        elif vt.kind != "unknown" and tuple(t.shape) != shape:
+            w.err(
+                path + ("add_to",),
+                f"add_to target '{init}' is {t.dtype} "
+                f"{show(t.shape)} but the stored value is {dt} {show(shape)}",
+            )
+        scope.pop(init, None)
+        w.consumed[init] = (step.name, to)
+    if to in scope and scope[to].producer != step.name:
+        return  # duplicate already reported by the order checks
+    info = TensorInfo(to, shape, dt, "stored", step.name, op.loc, add_to=init)
+    w.produced.append(info)
+    scope[to] = info
+    writes.append(to)
+
+
+def _add_to_fixes(op, target, dt, want) -> str:
+    """Both ways out of an add_to dtype mismatch: retype the store, or the target."""
+    to, need = op.get("to"), target.dtype
+    if op.get("dtype") and want:
+        store = f"change the store's dtype to {need} and declare '{to}: {need}' in outputs"
+    elif op.get("dtype"):
+        store = f"change the store's dtype to {need} (dtype: {need})"
+    elif want:
+        store = f"declare '{to}: {need}' in outputs (the store's dtype follows it)"
+    else:
+        store = f"store it as {need} (add dtype: {need} to the store)"
+    if target.origin == "input":
+        other = f"declare tensor '{target.name}' as {dt}"
+    elif target.origin == "stored":
+        other = f"store '{target.name}' as {dt} in step '{target.producer}'"
+    else:
+        other = f"make '{target.name}' {dt}"
+    return f"{store}, or {other}"
