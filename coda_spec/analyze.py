@@ -115,10 +115,26 @@ def _inputs(src, spec, sizes, diags) -> dict:
     return out
 
 
+def _one_dynamic_dim(src, spec, diags) -> None:
+    """At most one dim is dynamic (the rows, M: what the runtime binds from the inputs and
+    ``coda_spec.dims.dynamic_dim`` assumes): each further one is an error at its own entry."""
+    dynamic = [d for d in spec.dims if d.size is None]
+    for d in dynamic[1:]:
+        diags.append(
+            src.diag(
+                ("dims", d.name),
+                f"dims {dynamic[0].name} and {d.name} are both dynamic; a chain has at most one "
+                "dynamic dim (the rows, M)",
+                f"give {d.name} a size, e.g. {d.name}: 4096",
+            )
+        )
+
+
 def analyze(src: Source, spec: Spec) -> Analysis:
     diags: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     prims = registry()
+    _one_dynamic_dim(src, spec, diags)
     sizes = spec.dim_sizes()
     tensors = _inputs(src, spec, sizes, diags)
     known = {n: f"input '{n}' (line {t.loc.line})" for n, t in tensors.items()}

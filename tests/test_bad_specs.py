@@ -131,6 +131,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "dim_group_not_dividing": [(12, 45, "width 4160 is not a multiple of group 96")],
     "dim_unknown": [(8, 20, "unknown dim 'DD'; did you mean 'D'?")],
     "dim_dynamic_in_expression": [(6, 17, "dynamic dim 'M' cannot appear inside an expression")],
+    "dim_two_dynamic": [(4, 32, "dims M and T are both dynamic")],
     "dim_not_exact": [(8, 20, "'D/head_dim' is not an exact integer (4096 / 96 = 42.67)")],
     "dim_ffn_not_exact": [
         (7, 18, "(32768 / 3 = 10922.67); round it: declare a dim under dims:, e.g. F: 11008")
