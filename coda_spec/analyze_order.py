@@ -227,7 +227,6 @@ def backward_scope(src, spec, fwd_tensors, inputs, diags, warnings) -> dict:
 
 
 def src_loc(src, path):
-
     line, col = src.where(path)
     return Loc(line, col, path)
 

@@ -106,7 +106,6 @@ def _failed_finalize(w, step, scope):
 
 
 def check_unused(w, spec, outputs, warnings):
-
     derived_from = set()  # inputs that exist to derive other inputs are read too
     for t in spec.tensors:
         if t.derive is not None:

@@ -256,14 +256,15 @@ class KernelStep:
     def fallback(self) -> Variant:
         return self.variants[0]
 
-    def reads(self) -> list[str]:
-        """The chain tensors the kernel reads, in order (operands, C, add_to, input fields)."""
+    def tensors_read(self) -> list[str]:
+        """The chain tensors the kernel reads, in order (operands, C, add_to, input fields).
+        Every step record has ``tensors_read`` and ``tensors_written``."""
         out = [self.a.tensor, self.b.tensor]
         out += [self.c.tensor] if self.c else []
         out += [self.add_to] if self.add_to else []
         return out + [f.tensor for f in self.fields if f.reads]
 
-    def writes(self) -> list[str]:
+    def tensors_written(self) -> list[str]:
         return ([self.d.tensor] if self.d else []) + [f.tensor for f in self.fields if f.writes]
 
     @classmethod
@@ -384,6 +385,12 @@ class HostStep:
     partials: MappingProxyType  # partial tensor -> its fold (what zero rows give)
     launch: Launch | None
 
+    def tensors_read(self) -> list[str]:
+        return list(self.reads)
+
+    def tensors_written(self) -> list[str]:
+        return list(self.writes)
+
     @classmethod
     def from_data(cls, d: dict, manifest: str) -> HostStep:
         launch = Launch.from_data(d["launch"]) if d.get("launch") else None
@@ -414,6 +421,12 @@ class FinalizeStep:
     eps: float | None
     launch: Launch | None
     folded_into: str | None
+
+    def tensors_read(self) -> list[str]:
+        return [self.of]
+
+    def tensors_written(self) -> list[str]:
+        return [self.result]
 
     @classmethod
     def from_data(cls, d: dict, manifest: str) -> FinalizeStep:

@@ -190,7 +190,6 @@ def require_build_extra(modules=BUILD_MODULES + AOT_MODULES) -> None:
 
 
 def _run_stages(path, checked, lowering, variants, tmp: Path, opts, log) -> bool:
-
     lowered, meta, aot = lowering
     (tmp / "spec.yaml").write_text(checked.source.text)
     (tmp / "spec.normalized.json").write_text(json.dumps(to_data(checked.spec), indent=1) + "\n")

@@ -8,7 +8,9 @@ table, ``coda_spec.errors.EXIT_CODES`` (the group's help quotes it); ``--stop-af
 and help are the one stage table, ``coda_spec.stages.STAGES``. No Python traceback reaches a
 user: unexpected failures print one line and exit ``EXIT_TOOL_FAILURE`` (set ``CODA_DEBUG=1``
 to see the traceback), a Ctrl-C exits ``EXIT_INTERRUPTED``. ``check`` without ``--math`` imports
-neither torch nor quack; every command imports what it needs inside its own body.
+neither torch nor quack: the commands that need torch or the compiler (``build``, ``verify``,
+``bench``, ``tune``) import them inside their own bodies (docs/architecture.md, the reasons for
+a function-level import).
 """
 
 from __future__ import annotations
@@ -180,7 +182,6 @@ CHECK_HELP = f"""Validate spec files (or folders of them): schema first, then se
     "backward output equals its autograd (needs torch, CPU build; no GPU, no compiler).",
 )
 def check(paths, exclude, fmt, quiet, math):
-
     start = time.perf_counter()
     files = _spec_files(paths, exclude)
     diags: list[Diagnostic] = []
@@ -255,7 +256,6 @@ def _prover():
 
 
 def _raw_lines(path) -> list[str] | None:
-
     try:
         with open(path, "rb") as f:  # bounded, like the loader
             raw = f.read(MAX_BYTES + 1)
@@ -312,7 +312,6 @@ BUILD_HELP = f"""Compile specs for sm_90a (no GPU needed) into BUILDS/<name>-<ha
 @click.option("--force", is_flag=True, help="Rebuild even when a complete build exists.")
 @click.option("--print-dir", is_flag=True, help="Print only the build directory of each spec.")
 def build(paths, exclude, out, config_text, stop_after, prune, jobs, force, print_dir):
-
     from coda_spec.build import BuildOptions, build_spec
 
     try:
@@ -437,7 +436,6 @@ VERIFY_HELP = f"""Check built kernels against the spec's reference math on a CUD
 def verify(
     targets, builds, seed, dims, small, fmt, junit_path, allow_no_gpu, sanitize, reference_spec
 ):
-
     _need_torch("coda verify", "on a GPU machine, the CUDA build you already use")
     from coda_spec import verify as V
     from coda_spec import verify_report as R

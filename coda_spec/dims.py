@@ -213,7 +213,6 @@ def dynamic_dim(dims) -> str | None:
 
 
 def _parse(expr: str) -> ast.expr:
-
     hint = "use names, integers and + - * /, e.g. '2*F'"
     try:
         tree = ast.parse(expr.strip(), mode="eval")

@@ -141,7 +141,6 @@ class ChainOp:
         self.differentiable = {of for _, of in self.grads}
         self._into = {s.add_to for s in m.steps if s.kind == "kernel" and s.add_to}
         self._into_bwd = {s.add_to for s in m.backward_steps if s.kind == "kernel" and s.add_to}
-        self._dtypes = {n: TORCH_DTYPES[m.tensors[n].dtype] for n in self.returns}
         n_bwd = len(self.saved) + len(self.grads) if self.has_backward else 0
         self.op, self.backward_op = _define(
             self.name,
@@ -189,15 +188,7 @@ class ChainOp:
 
     def _fake(self, *args) -> tuple:
         inputs = dict(zip(self.inputs, args, strict=True))
-        sizes = self._sizes(inputs)
-        fp64 = _all_fp64(inputs.values())
-        device = args[0].device
-        return _one(
-            tuple(
-                torch.empty(self._shape(n, sizes), dtype=self._dtype(n, fp64), device=device)
-                for n in self.returns
-            )
-        )
+        return self._empties(self.returns, inputs, _all_fp64(inputs.values()), args[0].device)
 
     # -- autograd ----------------------------------------------------------------------------
     def _setup_context(self, ctx, inputs, output) -> None:
@@ -240,20 +231,9 @@ class ChainOp:
 
     def _backward_fake(self, *args) -> tuple:
         saved, grads = self._backward_split(args)
-        sizes = self._sizes(saved)
         fp64 = _all_fp64([*saved.values(), *grads.values()])
-        device = args[0].device
-        m = self.chain.manifest
-        return _one(
-            tuple(
-                torch.empty(
-                    self._shape(g, sizes),
-                    dtype=torch.float64 if fp64 else TORCH_DTYPES[m.tensors[g].dtype],
-                    device=device,
-                )
-                for g, _ in self.grad_outputs
-            )
-        )
+        names = [g for g, _ in self.grad_outputs]
+        return self._empties(names, saved, fp64, args[0].device)
 
     # -- shapes and dtypes -------------------------------------------------------------------
     def _sizes(self, tensors: dict) -> dict:
@@ -273,13 +253,23 @@ class ChainOp:
         return self.chain.shape(name, sizes)
 
     def _dtype(self, name: str, fp64: bool):
-        return torch.float64 if fp64 else self._dtypes[name]
+        """A returned tensor's dtype: the declared one, or fp64 for fp64 inputs."""
+        return torch.float64 if fp64 else TORCH_DTYPES[self.chain.manifest.tensors[name].dtype]
+
+    def _empties(self, names, sized_by: dict, fp64: bool, device) -> tuple:
+        """The fake implementations' outputs: ``names`` as empty tensors, sized from the
+        manifest's shape expressions with the dynamic dim read off ``sized_by``."""
+        sizes = self._sizes(sized_by)
+        return _one(
+            tuple(
+                torch.empty(self._shape(n, sizes), dtype=self._dtype(n, fp64), device=device)
+                for n in names
+            )
+        )
 
     def _out(self, x: torch.Tensor, name: str, fp64: bool) -> torch.Tensor:
         """A reference value as the op returns it: its dtype, contiguous, never an input."""
-        m = self.chain.manifest
-        dtype = torch.float64 if fp64 else TORCH_DTYPES[m.tensors[name].dtype]
-        return x.to(dtype).contiguous().clone()
+        return x.to(self._dtype(name, fp64)).contiguous().clone()
 
 
 def _all_fp64(tensors) -> bool:

@@ -213,7 +213,6 @@ def compare(case, dims, name, dtype, got, ref, lowp, untouched) -> Check:
 
 
 def _partials(manifest, env) -> list[tuple[str, int]]:
-
     out = []
     for step in manifest.kernel_steps():
         for f in step.fields:
@@ -327,7 +326,6 @@ def _forced(manifest, variant: str) -> dict:
 def verify_chain(
     chain, seed: int, dims: dict | None = None, only_small: bool = False, reference=None
 ) -> Report:
-
     start = time.perf_counter()
     checked = chain.checked()
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"

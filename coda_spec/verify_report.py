@@ -95,7 +95,6 @@ def render_table(report: Report) -> str:
 
 
 def junit(reports: list[Report]) -> str:
-
     cases_xml, failures = [], 0
     for r in reports:
         for c in r.checks:

@@ -58,7 +58,6 @@ def parse_ints(text: str | None, what: str) -> tuple:
 
 
 def _read_results(path: Path):
-
     try:
         return loads(Path(path).read_text())
     except (OSError, ValueError, KeyError, TypeError) as e:

@@ -46,22 +46,6 @@ def section_outputs(manifest, direction: str) -> list[str]:
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[direction]
 
 
-def reads(step) -> list[str]:
-    if step.kind == "kernel":
-        return step.reads()
-    if step.kind == "host":
-        return list(step.reads)
-    return [step.of]
-
-
-def writes(step) -> list[str]:
-    if step.kind == "kernel":
-        return step.writes()
-    if step.kind == "host":
-        return list(step.writes)
-    return [step.result]
-
-
 def tensor_bytes(manifest, name: str, sizes: dict) -> int:
     t = manifest.tensors[name]
     n = 1
@@ -76,12 +60,12 @@ def min_bytes(manifest, steps: list, outputs: list[str], sizes: dict) -> int:
     read_in: list[str] = []
     for s in steps:
         if s.kind == "finalize":
-            produced.update(writes(s))
+            produced.update(s.tensors_written())
             continue
-        for n in reads(s):
+        for n in s.tensors_read():
             if n not in produced and n not in read_in:
                 read_in.append(n)
-        produced.update(writes(s))
+        produced.update(s.tensors_written())
     return sum(tensor_bytes(manifest, n, sizes) for n in dict.fromkeys(read_in + outputs))
 
 
@@ -92,7 +76,7 @@ def gemm_flops(manifest, step, sizes: dict) -> int:
 
 def step_bytes(manifest, step, sizes: dict) -> int:
     """One step alone: everything it reads, everything it writes (its own minimum traffic)."""
-    names = dict.fromkeys(reads(step) + writes(step))
+    names = dict.fromkeys(step.tensors_read() + step.tensors_written())
     return sum(tensor_bytes(manifest, n, sizes) for n in names)
 
 

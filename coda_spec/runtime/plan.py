@@ -94,14 +94,8 @@ def saved_names(manifest: Manifest) -> list[str]:
     made: set = set()
     out: list = []
     for s in manifest.backward_steps:
-        if s.kind == "kernel":
-            reads, writes = s.reads(), s.writes()
-        elif s.kind == "host":
-            reads, writes = s.reads, s.writes
-        else:
-            reads, writes = (s.of,), (s.result,)
-        out += [t for t in reads if t not in made and t not in grads and t not in out]
-        made.update(writes)
+        out += [t for t in s.tensors_read() if t not in made and t not in grads and t not in out]
+        made.update(s.tensors_written())
     return out
 
 
