@@ -153,7 +153,8 @@ def _op_rows(op, inputs: dict, calls: int, launches: int) -> dict:
     dispatcher) and ``torch.ops.coda.<name>`` itself (the dispatcher, as under autograd)."""
     args = [inputs[n] for n in op.inputs]
     out = {}
-    for key, fn in (("op_eager", lambda: op(**inputs)), ("op_dispatch", lambda: op.op(*args))):
+    ways = (("op_eager", lambda: op(**inputs)), ("op_dispatch", lambda: op.op(*args, op.dims)))
+    for key, fn in ways:
         for _ in range(20):
             fn()
         out[key] = _stats(_time_calls(fn, calls))

@@ -34,41 +34,91 @@ docs/training.md is the user's guide. The contract, as torch.library intends it:
   (forced, else the tune table's entry for the call's M, else the fallback) and allocates its
   partial buffers inside the op.
 
-One op name per process: ``coda::<name>`` runs the build :func:`op` last made its op;
-:func:`op` on the same build again returns the same :class:`ChainOp`, on another build of that
-name it raises (load one build per spec name, or rename the spec). Make ops with :func:`op`.
+**One build serves every size** its kernels support: ``op(build, dims={"D": 256, ...})``
+re-sizes the build at load (:func:`resized`: the spec re-analysed at those dims, the manifest's
+shape expressions evaluated there, variants a primitive refuses there left out; nothing is
+compiled). The op's last argument, ``int[] dims``, is the static dims' sizes in the manifest's
+order (:attr:`ChainOp.dims`), so one ``coda::<name>`` serves every size of one build, and
+``torch.compile`` specializes on them as on any int argument.
+
+One build per op name per process: :func:`op` on the same build and dims again returns the same
+:class:`ChainOp`; on another build of that spec name it raises (load one build per spec name, or
+rename the spec). Make ops with :func:`op`.
 """
 
 from __future__ import annotations
 
 import torch
 
+from coda_spec import suits
 from coda_spec.dtypes import TORCH_DTYPES
+from coda_spec.errors import SpecError
+from coda_spec.frontend import with_dims
 from coda_spec.reference import run as reference_run
 from coda_spec.reference import run_backward as reference_backward
 from coda_spec.runtime import Chain, CodaRuntimeError, load
+from coda_spec.runtime.plan import FallbackRefused, resized_manifest
 
-# torch.library's registry lasts the process, so these do too: the ChainOp each op name's calls
-# run (one build per spec name), and the torch ops defined so far with their schemas.
+# torch.library's registry lasts the process, so these do too: per op name, the ChainOps its
+# calls run (one build per spec name, one ChainOp per dims), and the torch ops defined so far.
 _OPS: dict = {}
 _DEFINED: dict = {}
 
 
-def op(chain_or_build, tuned=None) -> ChainOp:
+def op(chain_or_build, tuned=None, dims=None) -> ChainOp:
     """The torch op of a built chain: a :class:`Chain` or a build directory (loaded with
-    ``tuned`` as :func:`coda_spec.load` does)."""
+    ``tuned`` as :func:`coda_spec.load` does), at the build's dims or re-sized to ``dims``
+    (``{name: size}`` for some static dims; :func:`resized`)."""
     chain = chain_or_build if isinstance(chain_or_build, Chain) else load(chain_or_build, tuned)
-    have = _OPS.get(chain.name)
-    if have is not None:
-        if have.chain.directory != chain.directory:
-            raise CodaRuntimeError(
-                f"coda::{chain.name} is already the op of {have.chain.directory} in this "
-                f"process; load one build of a spec name as an op ({chain.directory} is another)"
-            )
-        return have
-    made = ChainOp(chain)
-    _OPS[chain.name] = made
-    return made
+    if dims:
+        chain = resized(chain, dims)
+    key = _dims_key(chain)
+    have = _OPS.setdefault(chain.name, {})
+    other = next(iter(have.values()), None)
+    if other is not None and other.chain.directory != chain.directory:
+        raise CodaRuntimeError(
+            f"coda::{chain.name} is already the op of {other.chain.directory} in this "
+            f"process; load one build of a spec name as an op ({chain.directory} is another)"
+        )
+    if key not in have:
+        have[key] = ChainOp(chain)
+    return have[key]
+
+
+def resized(chain: Chain, dims: dict) -> Chain:
+    """``chain``'s build at other static dims, compiling nothing: the spec is re-analysed there
+    (its shape rules re-checked), the manifest's shapes evaluated there, and kernel variants a
+    primitive refuses there left out. A size no variant of a kernel serves is a
+    :class:`CodaRuntimeError` naming the ``coda build`` that would."""
+    m = chain.manifest
+    unknown = sorted(set(dims) - set(m.static))
+    if unknown:
+        raise CodaRuntimeError(
+            f"{chain.name}: {unknown} are not static dims of this build (they are "
+            f"{', '.join(m.static) or 'none'}); pass sizes for those only"
+        )
+    if all(m.static[k] == v for k, v in dims.items()):
+        return chain
+    want = {**m.static, **dims}
+    fix = (
+        f"build a copy of the spec ({m.spec_file}) whose dims are "
+        f"{{{', '.join(f'{k}: {v}' for k, v in want.items())}}} with coda build"
+    )
+    try:
+        case = with_dims(chain.checked(), dims)
+    except SpecError as e:  # the spec's shape rules refuse these sizes: say each one
+        why = "; ".join(f"{d.path}: {d.message}" for d in e.diagnostics if d.severity == "error")
+        raise CodaRuntimeError(f"{chain.name}: cannot re-size to {want}: {why}; {fix}") from e
+    try:
+        sizes = {d.name: d.size for d in case.spec.dims}
+        manifest = resized_manifest(m, sizes, suits.refusal(case))
+    except FallbackRefused as e:
+        raise CodaRuntimeError(f"{chain.name}: {e}; {fix}") from None
+    return chain.with_manifest(manifest, checked=case)
+
+
+def _dims_key(chain: Chain) -> tuple:
+    return tuple(chain.manifest.static.values())
 
 
 def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
@@ -84,8 +134,8 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
             )
         return have[1]
 
-    def run(method):
-        return lambda *args: getattr(_OPS[name], method)(*args)
+    def run(method):  # the last argument is ``int[] dims``: which ChainOp of the name runs
+        return lambda *args: getattr(_OPS[name][tuple(args[-1])], method)(*args[:-1])
 
     fwd = torch.library.custom_op(f"coda::{name}", run("_forward"), mutates_args=(), schema=schema)
     fwd.register_kernel("cpu", run("_forward_cpu"))
@@ -98,9 +148,9 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
         bwd.register_kernel("cpu", run("_backward_cpu"))
         bwd.register_fake(run("_backward_fake"))
         fwd.register_autograd(
-            lambda ctx, *grads: _OPS[name]._grad(ctx, *grads),
-            setup_context=lambda ctx, inputs, output: _OPS[name]._setup_context(
-                ctx, inputs, output
+            lambda ctx, *grads: ctx.coda_op._grad(ctx, *grads),
+            setup_context=lambda ctx, inputs, output: _OPS[name][tuple(inputs[-1])]._setup_context(
+                ctx, inputs[:-1], output
             ),
         )
     _DEFINED[name] = (key, (fwd, bwd))
@@ -108,8 +158,9 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
 
 
 def _schema(n_in: int, n_out: int) -> str:
-    """``(Tensor a0, ...) -> (Tensor, ...)``; one output is ``-> Tensor`` (see :func:`_one`)."""
-    args = ", ".join(f"Tensor a{i}" for i in range(n_in))
+    """``(Tensor a0, ..., int[] dims) -> (Tensor, ...)``; one output is ``-> Tensor`` (see
+    :func:`_one`)."""
+    args = ", ".join([*(f"Tensor a{i}" for i in range(n_in)), "int[] dims"])
     return f"({args}) -> " + ("Tensor" if n_out == 1 else f"({', '.join(['Tensor'] * n_out)})")
 
 
@@ -130,6 +181,7 @@ class ChainOp:
     def __init__(self, chain: Chain):
         m = chain.manifest
         self.chain, self.name = chain, m.name
+        self.dims = list(_dims_key(chain))  # the op's last argument (the module docstring)
         self.inputs = list(chain.required_inputs)
         self.outputs = [o.name for o in m.outputs]
         self.has_backward = bool(m.backward_steps)
@@ -165,7 +217,7 @@ class ChainOp:
                 "section; detach them, or add backward: to the spec"
             )
         if needs_grad or torch.compiler.is_compiling():
-            got = self.op(*args)
+            got = self.op(*args, self.dims)
         else:  # the eager bypass: no dispatcher, no autograd graph
             cuda = all(a.device.type == "cuda" for a in args if isinstance(a, torch.Tensor))
             got = (self._forward if cuda else self._forward_cpu)(*args)
@@ -195,6 +247,7 @@ class ChainOp:
         env = dict(zip(self.inputs, inputs, strict=True))
         output = _many(output)
         env.update(zip(self.returns, output, strict=True))
+        ctx.coda_op = self
         ctx.save_for_backward(*(env[n] for n in self.saved))
         ctx.mark_non_differentiable(
             *(x for n, x in zip(self.returns, output, strict=True) if n not in self.differentiable)
@@ -205,9 +258,9 @@ class ChainOp:
         # zero-stride (expand) or transposed gradients are made dense; a None (an output the
         # loss never used) never reaches here: autograd materializes it as zeros
         incoming = [by_output[of].contiguous() for _, of in self.grads]
-        got = _many(self.backward_op(*ctx.saved_tensors, *incoming))
+        got = _many(self.backward_op(*ctx.saved_tensors, *incoming, self.dims))
         of_input = {of: g for (_, of), g in zip(self.grad_outputs, got, strict=True)}
-        return tuple(of_input.get(n) for n in self.inputs)
+        return (*(of_input.get(n) for n in self.inputs), None)  # None: the dims argument
 
     def _backward_split(self, args) -> tuple[dict, dict]:
         saved = dict(zip(self.saved, args[: len(self.saved)], strict=True))

@@ -70,7 +70,7 @@ def test_cpu_outputs_are_the_reference_at_the_declared_dtypes(build, via):
     if via == "eager":
         got = op(**low)
     else:
-        got = torch.ops.coda.rmsnorm_chain(*[low[n] for n in op.inputs])
+        got = torch.ops.coda.rmsnorm_chain(*[low[n] for n in op.inputs], op.dims)
         got = dict(zip(op.returns, got, strict=True))
     ref = reference.run(checked.analysis, low, "lowp", sizes)
     for name, dtype in (("x1", torch.bfloat16), ("r", torch.float32), ("out", torch.bfloat16)):
@@ -215,7 +215,7 @@ def test_a_gradient_of_the_wrong_shape_is_refused(build):
     saved = {**x, **out}
     grads = [out["qkv"].detach(), out["x2"].detach()[:, :-8].contiguous()]
     with pytest.raises(CodaRuntimeError, match="gradient 'd_x2' dim 1 is 120; expected 128"):
-        op.backward_op(*(saved[n].detach() for n in op.saved), *grads)
+        op.backward_op(*(saved[n].detach() for n in op.saved), *grads, op.dims)
 
 
 def test_one_build_per_op_name(build, tmp_path):
@@ -232,6 +232,39 @@ def test_a_chain_of_one_output(build):
     """One output: the op's schema returns a Tensor, not a tuple of one."""
     op, checked = build("f2_deferred_norm")
     _, low = _inputs(checked, 8)
-    got = torch.ops.coda.f2_deferred_norm(*[low[n] for n in op.inputs])
+    got = torch.ops.coda.f2_deferred_norm(*[low[n] for n in op.inputs], op.dims)
     assert isinstance(got, torch.Tensor)
     assert torch.equal(op(**low)[op.outputs[0]], got)
+
+
+def test_one_build_serves_other_dims(build, tmp_path):
+    """``op(build, dims=...)`` re-sizes the build at load: the same op name serves both sizes,
+    each at its own shapes, and autograd runs at the re-sized dims (gradcheck in fp64)."""
+    big, _ = build("llama_small")
+    small = ops.op(big.chain, dims={"D": 64, "F": 96})
+    assert small is not big and small.dims == [64, 96] and big.dims == [128, 128]
+    assert ops.op(big.chain, dims={"D": 64, "F": 96}) is small  # one ChainOp per dims
+    assert ops.op(big.chain, dims={"D": 128}) is big  # the build's own dims
+    checked = small.chain.checked()
+    assert checked.spec.dim_sizes()["D"] == 64
+    _, low = _inputs(checked, 3)
+    x = _trainable(small, low, torch.float64)
+    wrt = [of for _, of in small.grad_outputs]
+
+    def f(*leaves):
+        out = small(**{**x, **dict(zip(wrt, leaves, strict=True))})
+        return out["x2"], out["qkv"]
+
+    assert f(*(x[n] for n in wrt))[1].shape == (3, 3 * 64)
+    assert torch.autograd.gradcheck(f, tuple(x[n] for n in wrt), fast_mode=True)
+    _, low_big = _inputs(big.chain.checked(), 2)
+    assert big(**low_big)["qkv"].shape == (2, 3 * 128)  # the other size still runs
+
+
+def test_a_size_the_spec_refuses_names_the_build(build):
+    op, _ = build("llama_small")
+    with pytest.raises(CodaRuntimeError, match=r"not static dims of this build"):
+        ops.op(op.chain, dims={"Q": 4})
+    fix = r"cannot re-size .*dims are \{D: 63, F: 128\} with coda build"
+    with pytest.raises(CodaRuntimeError, match=fix):
+        ops.op(op.chain, dims={"D": 63})  # RoPE's pairs need an even width

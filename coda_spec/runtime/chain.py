@@ -83,10 +83,14 @@ class Chain:
     def _copy(self, manifest: Manifest) -> Chain:
         return Chain(self.directory, manifest, self._plan.table, (self._launcher, self._spec))
 
-    def with_manifest(self, manifest: Manifest) -> Chain:
+    def with_manifest(self, manifest: Manifest, checked=None) -> Chain:
         """The same library under another manifest (verify's re-sized shapes), with the same
-        tune table; forced variants carry over where the new manifest has them (by name)."""
+        tune table; forced variants carry over where the new manifest has them (by name).
+        ``checked``: the spec checked at the new manifest's dims (:meth:`checked` then returns
+        it), when they differ from the build's."""
         other = self._copy(manifest)
+        if checked is not None:
+            other._spec = [checked]
         names = self._plan.names
         for step, i in self._forced.items():
             name = names[step][i]

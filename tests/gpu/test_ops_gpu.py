@@ -40,7 +40,7 @@ def test_the_op_is_the_chain_bitwise(name):
     op, inputs, _ = _op(name)
     want = op.chain(**{k: v.clone() for k, v in inputs.items()})
     eager = op(**{k: v.clone() for k, v in inputs.items()})
-    dispatched = op.op(*[inputs[n].clone() for n in op.inputs])
+    dispatched = op.op(*[inputs[n].clone() for n in op.inputs], op.dims)
     dispatched = (dispatched,) if isinstance(dispatched, torch.Tensor) else dispatched
     for i, n in enumerate(op.outputs):
         assert torch.equal(eager[n], want[n]) and torch.equal(dispatched[i], want[n]), n
