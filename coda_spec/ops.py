@@ -23,7 +23,8 @@ docs/training.md is the user's guide. The contract, as torch.library intends it:
   when a backward kernel accumulates into them (``add_to``).
 * **A CPU implementation of both ops**: the reference interpreter (``coda_spec.reference``) at the
   declared dtypes (its low-precision pipeline: fp32 math, rounding at every stored tensor), or
-  in fp64 when every floating input is fp64 (``torch.autograd.gradcheck``). CUDA runs the built
+  in fp64 (fp32) when every floating input is fp64 (``torch.autograd.gradcheck``) or fp32 (a
+  model trained in fp32 on the CPU), returning that dtype, stores unrounded. CUDA runs the built
   kernels through ``coda_spec.runtime``.
 * **Refusals** are the runtime's: a wrong dtype, shape or device, a missing input or gradient,
   and an input that requires grad in a chain with no backward section, each a
@@ -233,14 +234,14 @@ class ChainOp:
 
     def _forward_cpu(self, *args) -> tuple:
         inputs = dict(zip(self.inputs, args, strict=True))
-        fp64 = _all_fp64(inputs.values())
-        sizes = self.chain.bind(inputs, device=torch.device("cpu"), dtypes=not fp64)
-        env = reference_run(self.chain.checked().analysis, inputs, _precision(fp64), sizes)
-        return _one(tuple(self._out(env[n], n, fp64) for n in self.returns))
+        wide = _wide(inputs.values())
+        sizes = self.chain.bind(inputs, device=torch.device("cpu"), dtypes=wide is None)
+        env = reference_run(self.chain.checked().analysis, inputs, _precision(wide), sizes)
+        return _one(tuple(self._out(env[n], n, wide) for n in self.returns))
 
     def _fake(self, *args) -> tuple:
         inputs = dict(zip(self.inputs, args, strict=True))
-        return self._empties(self.returns, inputs, _all_fp64(inputs.values()), args[0].device)
+        return self._empties(self.returns, inputs, _wide(inputs.values()), args[0].device)
 
     # -- autograd ----------------------------------------------------------------------------
     def _setup_context(self, ctx, inputs, output) -> None:
@@ -276,17 +277,19 @@ class ChainOp:
 
     def _backward_cpu(self, *args) -> tuple:
         saved, grads = self._backward_split(args)
-        fp64 = _all_fp64([*saved.values(), *grads.values()])
-        sizes = self.chain.bind_backward(saved, grads, device=torch.device("cpu"), dtypes=not fp64)
+        wide = _wide([*saved.values(), *grads.values()])
+        sizes = self.chain.bind_backward(
+            saved, grads, device=torch.device("cpu"), dtypes=wide is None
+        )
         analysis = self.chain.checked().analysis
-        env = reference_backward(analysis, {**saved, **grads}, _precision(fp64), sizes)
-        return _one(tuple(self._out(env[g], g, fp64) for g, _ in self.grad_outputs))
+        env = reference_backward(analysis, {**saved, **grads}, _precision(wide), sizes)
+        return _one(tuple(self._out(env[g], g, wide) for g, _ in self.grad_outputs))
 
     def _backward_fake(self, *args) -> tuple:
         saved, grads = self._backward_split(args)
-        fp64 = _all_fp64([*saved.values(), *grads.values()])
+        wide = _wide([*saved.values(), *grads.values()])
         names = [g for g, _ in self.grad_outputs]
-        return self._empties(names, saved, fp64, args[0].device)
+        return self._empties(names, saved, wide, args[0].device)
 
     # -- shapes and dtypes -------------------------------------------------------------------
     def _sizes(self, tensors: dict) -> dict:
@@ -305,30 +308,32 @@ class ChainOp:
     def _shape(self, name: str, sizes: dict) -> tuple:
         return self.chain.shape(name, sizes)
 
-    def _dtype(self, name: str, fp64: bool):
-        """A returned tensor's dtype: the declared one, or fp64 for fp64 inputs."""
-        return torch.float64 if fp64 else TORCH_DTYPES[self.chain.manifest.tensors[name].dtype]
+    def _dtype(self, name: str, wide):
+        """A returned tensor's dtype: the declared one, or the inputs' fp64/fp32 (:func:`_wide`)."""
+        return wide if wide is not None else TORCH_DTYPES[self.chain.manifest.tensors[name].dtype]
 
-    def _empties(self, names, sized_by: dict, fp64: bool, device) -> tuple:
+    def _empties(self, names, sized_by: dict, wide, device) -> tuple:
         """The fake implementations' outputs: ``names`` as empty tensors, sized from the
         manifest's shape expressions with the dynamic dim read off ``sized_by``."""
         sizes = self._sizes(sized_by)
         return _one(
             tuple(
-                torch.empty(self._shape(n, sizes), dtype=self._dtype(n, fp64), device=device)
+                torch.empty(self._shape(n, sizes), dtype=self._dtype(n, wide), device=device)
                 for n in names
             )
         )
 
-    def _out(self, x: torch.Tensor, name: str, fp64: bool) -> torch.Tensor:
+    def _out(self, x: torch.Tensor, name: str, wide) -> torch.Tensor:
         """A reference value as the op returns it: its dtype, contiguous, never an input."""
-        return x.to(self._dtype(name, fp64)).contiguous().clone()
+        return x.to(self._dtype(name, wide)).contiguous().clone()
 
 
-def _all_fp64(tensors) -> bool:
-    floats = [x for x in tensors if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    return bool(floats) and all(x.dtype == torch.float64 for x in floats)
+def _wide(tensors):
+    """fp64 or fp32 when every floating tensor has that dtype (the CPU kernels then compute in
+    it, unrounded), else None (the declared dtypes and their rounding)."""
+    floats = {x.dtype for x in tensors if isinstance(x, torch.Tensor) and x.is_floating_point()}
+    return floats.pop() if floats in ({torch.float64}, {torch.float32}) else None
 
 
-def _precision(fp64: bool) -> str:
-    return "fp64" if fp64 else "lowp"
+def _precision(wide) -> str:
+    return {torch.float64: "fp64", torch.float32: "fp32", None: "lowp"}[wide]
