@@ -1,0 +1,13 @@
+"""``coda_spec.nn``: models assembled from the bundled chains (docs/training.md).
+
+* :class:`LlamaForCausalLM` (``coda_spec.nn.llama``): a Llama-3 decoder with GQA whose GEMMs and
+  glue run in ``specs/llama3_*.yaml``; ``from_hf`` / ``to_hf_state_dict`` read and write
+  transformers' names and layouts (``coda_spec.nn.layout``).
+* :func:`apply_to_hf_llama` (``coda_spec.nn.hf``): the same chains patched into an existing
+  transformers ``LlamaForCausalLM``.
+"""
+
+from coda_spec.nn.hf import apply_to_hf_llama
+from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
+
+__all__ = ["LlamaConfig", "LlamaForCausalLM", "LlamaShape", "apply_to_hf_llama"]

@@ -1,0 +1,82 @@
+"""``apply_to_hf_llama``: a transformers ``LlamaForCausalLM`` trained through coda's chains.
+
+The patch replaces the model's ``forward`` (an instance attribute: its class, its modules and its
+``state_dict`` are untouched) with ``coda_spec.nn.llama.causal_lm_loss`` over the model's own
+parameters. transformers keeps its layouts, so each call fuses them into coda's
+(``coda_spec.nn.layout``: ``w_qkv`` and ``w_gu``) with differentiable torch ops: gradients reach
+the original parameters, and the fused copies cost one read and write of the QKV and gate/up
+weights per step (``coda_spec.nn.LlamaForCausalLM`` keeps coda's layout and pays nothing).
+
+What the patched forward serves: a training call with ``labels`` (the loss; the logits are never
+made, so the output's ``logits`` is None), an all-ones or absent ``attention_mask``, no cache and
+no ``inputs_embeds``. Any other call runs transformers' own forward, unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from coda_spec.nn import layout
+from coda_spec.nn.llama import LlamaShape, causal_lm_loss, chain_ops, rope_table
+
+
+def hf_root(model, shape: LlamaShape) -> dict:
+    """A transformers Llama's embedding, final norm and (untied) LM head, under coda's names."""
+    m = model.model
+    w = {"embed_tokens.weight": m.embed_tokens.weight, "norm": m.norm.weight}
+    if not shape.tied:
+        w["lm_head.weight"] = model.lm_head.weight
+    return w
+
+
+def hf_layer(layer, shape: LlamaShape) -> dict:
+    """A transformers decoder layer's weights under coda's names, fused into coda's layouts."""
+    a, mlp = layer.self_attn, layer.mlp
+    return {
+        "w_qkv": layout.fuse_qkv(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, shape.head_dim),
+        "w_o": a.o_proj.weight,
+        "w_gu": layout.fuse_gate_up(mlp.gate_proj.weight, mlp.up_proj.weight),
+        "w_down": mlp.down_proj.weight,
+        "input_norm": layer.input_layernorm.weight,
+        "post_norm": layer.post_attention_layernorm.weight,
+    }
+
+
+def apply_to_hf_llama(model, builds="build", tuned=None):
+    """Patch ``model`` (a transformers ``LlamaForCausalLM``) in place to train through coda's
+    chains (the module docstring); returns it. ``builds``, ``tuned``: as
+    ``coda_spec.nn.LlamaForCausalLM``'s."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast  # the patched model's own
+
+    shape = LlamaShape.of(model.config)
+    chains = chain_ops(shape, builds, tuned)
+    original = model.forward
+    tables: dict = {}  # (dtype, device) -> RoPE table: the model may move after the patch
+
+    def forward(input_ids=None, attention_mask=None, labels=None, **kw):
+        unserved = {"inputs_embeds", "past_key_values"} & {
+            k for k, v in kw.items() if v is not None
+        }
+        if labels is None or input_ids is None or unserved or kw.get("use_cache"):
+            return original(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kw)
+        if attention_mask is not None and not bool(attention_mask.all()):
+            return original(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kw)
+        root = hf_root(model, shape)
+        fused: dict = {}  # layer -> its fused weights, made once per call
+
+        def within(i, fn):
+            if i not in fused:
+                fused[i] = hf_layer(model.model.layers[i], shape)
+            return fn(fused[i])
+
+        first = root["embed_tokens.weight"]
+        wide = first.dtype if first.dtype in (torch.float64, torch.float32) else torch.float32
+        key = (wide, first.device)
+        if key not in tables:
+            tables[key] = rope_table(shape, wide, first.device)
+        loss = causal_lm_loss(chains, shape, root, within, input_ids, labels, tables[key], **kw)
+        return CausalLMOutputWithPast(loss=loss, logits=None)
+
+    model.forward = forward
+    model.coda_chains = chains
+    return model

@@ -1,0 +1,331 @@
+"""A Llama-3 causal LM whose every GEMM and its glue runs in the bundled chains.
+
+The schedule is CODA's: a chain runs from one layer's attention output to the next layer's QKV,
+so the layer boundary falls mid-block and every norm, residual add, SwiGLU and RoPE is folded
+into a GEMM's epilogue (docs/training.md draws it)::
+
+    x = embed(ids)
+    qkv = llama3_first(x)                                  # norm 0, QKV 0, RoPE
+    for i < L-1:  x, qkv = llama3_layer(x, attn(qkv))      # o-proj i .. QKV i+1
+    lse, target_logit = llama3_last(x, attn(qkv), target)  # o-proj L-1 .. final norm, LM head
+    loss = mean over valid rows of (lse - target_logit)
+
+Attention is torch's SDPA (causal, ``enable_gqa``: the flash kernel on the GPU) on q, k and v
+viewed out of ``qkv``; embeddings and the loss's final mean stay in torch. The logits are never
+written: the LM head's epilogue keeps the log-sum-exp and the target logit, and its backward
+recomputes the logits' gradient in the epilogue of a logits GEMM (``specs/llama3_last.yaml``).
+
+Weights are coda's layout (``coda_spec.nn.layout``: fused QKV with rotary pairs adjacent,
+interleaved gate/up), permuted once at load. Sizes: one build of each chain serves every config
+whose dims its kernels support, re-sized at load (``coda_spec.ops.resized``); constructing a
+model loads builds and never compiles. A config no build can serve is a ``CodaRuntimeError``
+naming the ``coda build`` to run.
+
+Dtypes: on the GPU the weights are bf16 (the chains' declared dtypes); on the CPU the chains run
+their reference in fp64 or fp32 when every floating input has that dtype (CI's parity tests),
+so the model's parameters, its RoPE table and its residual stream take the model's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from coda_spec import builddir, ops
+from coda_spec.nn import layout
+from coda_spec.runtime import Chain, CodaRuntimeError, load
+
+CHAINS = ("llama3_first", "llama3_layer", "llama3_last")
+BUILD_COMMAND = "coda build specs/llama3_first.yaml specs/llama3_layer.yaml specs/llama3_last.yaml"
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The fields of transformers' ``LlamaConfig`` the model reads, for use without
+    transformers; the defaults are Llama-3.2-1B's (RoPE without its ``llama3`` scaling: pass
+    transformers' config for that)."""
+
+    vocab_size: int = 128256
+    hidden_size: int = 2048
+    intermediate_size: int = 8192
+    num_hidden_layers: int = 16
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 8
+    head_dim: int = 64
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    tie_word_embeddings: bool = True
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """A config read once: the chains' dims, and what the model needs besides."""
+
+    vocab: int
+    hidden: int
+    inter: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    tied: bool
+    inv_freq: tuple  # RoPE's per-pair frequencies of one head, as transformers computes them
+
+    @property
+    def dims(self) -> dict:
+        """The chains' static dims (``specs/llama3_*.yaml``)."""
+        return {
+            "D": self.hidden,
+            "F": self.inter,
+            "NH": self.heads,
+            "NKV": self.kv_heads,
+            "HD": self.head_dim,
+            "V": self.vocab,
+        }
+
+    @classmethod
+    def of(cls, config) -> LlamaShape:
+        """From a transformers ``LlamaConfig`` or a :class:`LlamaConfig`."""
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
+            raise CodaRuntimeError("the coda Llama has no attention or MLP biases")
+        act = getattr(config, "hidden_act", "silu")
+        if act != "silu":
+            raise CodaRuntimeError(f"the coda Llama's MLP is SwiGLU (silu); this config has {act}")
+        return cls(
+            config.vocab_size,
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_hidden_layers,
+            heads,
+            config.num_key_value_heads,
+            head_dim,
+            float(config.rms_norm_eps),
+            bool(config.tie_word_embeddings),
+            tuple(_inv_freq(config, head_dim).tolist()),
+        )
+
+
+def _inv_freq(config, head_dim: int) -> torch.Tensor:
+    """RoPE's frequencies: transformers' own init function for its config (``rope_parameters``,
+    any ``rope_type`` whose attention scaling is 1), else the default RoPE at ``rope_theta``."""
+    params = getattr(config, "rope_parameters", None)
+    if params is None:
+        theta = config.rope_theta
+        return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # only for its configs
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    kind = params.get("rope_type", "default")
+    init = (
+        LlamaRotaryEmbedding.compute_default_rope_parameters
+        if kind == "default"
+        else ROPE_INIT_FUNCTIONS[kind]
+    )
+    inv_freq, scaling = init(config, None)
+    if scaling != 1.0:
+        raise CodaRuntimeError(
+            f"RoPE type {kind!r} scales cos/sin by {scaling}; the rope primitive does not"
+        )
+    return inv_freq.float()
+
+
+def rope_table(shape: LlamaShape, dtype=torch.float32, device=None) -> torch.Tensor:
+    """``freqs [(NH + 2*NKV)*HD/2]``: one frequency per rotary pair of ``qkv``'s columns, the
+    head's frequencies on every q and k head and 0 on v (cos 0 = 1: v passes unrotated)."""
+    inv = torch.tensor(shape.inv_freq, dtype=torch.float32)
+    qk = inv.repeat(shape.heads + shape.kv_heads)
+    v = torch.zeros(shape.kv_heads * shape.head_dim // 2)
+    return torch.cat([qk, v]).to(dtype=dtype, device=device)
+
+
+def chain_ops(shape: LlamaShape, builds="build", tuned=None) -> dict:
+    """The three chains' ops at ``shape``'s dims: ``builds`` is a build root (their ``-latest``
+    builds) or ``{chain name: build directory or Chain}``. Loads and re-sizes; compiles
+    nothing."""
+    got = {}
+    for name in CHAINS:
+        where = (
+            builds.get(name) if isinstance(builds, dict) else builddir.latest(Path(builds), name)
+        )
+        if where is None or not (isinstance(where, Chain) or Path(where, "manifest.json").exists()):
+            raise CodaRuntimeError(
+                f"no build of {name} at {where if where is not None else builds}; run "
+                f"{BUILD_COMMAND} (docs/training.md)"
+            )
+        chain = where if isinstance(where, Chain) else load(where, tuned)
+        dims = {k: v for k, v in shape.dims.items() if k in chain.manifest.static}
+        op = ops.op(chain, dims=dims)
+        eps = {s.eps for s in op.chain.manifest.all_steps if getattr(s, "op", "") == "rsqrt_mean"}
+        if eps != {shape.eps}:
+            raise CodaRuntimeError(
+                f"{name}'s norms use eps {sorted(eps)}; this config's rms_norm_eps is "
+                f"{shape.eps}: build a copy of the spec with that eps ({BUILD_COMMAND})"
+            )
+        got[name] = op
+    return got
+
+
+def causal_lm_loss(
+    chains: dict, shape: LlamaShape, root: dict, within, input_ids, labels, freqs, **kw
+):
+    """The loss of a model, the one forward both :class:`LlamaForCausalLM` and the transformers
+    patch run. ``root``: the embedding, ``norm`` and (untied) ``lm_head.weight``;
+    ``within(i, fn)`` calls ``fn`` with layer ``i``'s weights (``w_qkv, w_o, w_gu, w_down,
+    input_norm, post_norm``, coda's layouts) where they are live: inside layer ``i``'s module
+    call for :class:`LlamaForCausalLM`, so FSDP2 (``fully_shard`` per layer) gathers them there.
+    A chain that spans layers ``i`` and ``i + 1`` runs within both.
+
+    ``labels`` as transformers takes them (shifted here: row ``t`` predicts ``labels[t + 1]``;
+    ``-100`` is ignored); ``num_items_in_batch`` (transformers' gradient accumulation) divides
+    the summed loss instead of the count of valid targets. ``position_ids``: as transformers'."""
+    b, s = input_ids.shape
+    m = b * s
+    pos = kw.get("position_ids")
+    pos = torch.arange(s, device=input_ids.device).expand(b, s) if pos is None else pos
+    pos = pos.reshape(m).to(torch.int32)
+    target = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX).reshape(m).to(torch.int32)
+    x = F.embedding(input_ids, root["embed_tokens.weight"]).reshape(m, shape.hidden)
+    qkv = within(
+        0,
+        lambda w0: chains["llama3_first"](
+            x=x, gamma=w0["input_norm"], w_qkv=w0["w_qkv"], pos=pos, freqs=freqs
+        ),
+    )["qkv"]
+
+    def mlp(w: dict, y) -> dict:
+        keep = {"w_o": "w_o", "gamma1": "post_norm", "w_gu": "w_gu", "w_down": "w_down"}
+        return {"x0": x, "y": y, **{k: w[v] for k, v in keep.items()}}
+
+    for i in range(shape.layers - 1):
+        y = _attention(qkv, shape, b, s)
+        out = within(
+            i,
+            lambda wi, y=y, i=i: within(
+                i + 1,
+                lambda wn: chains["llama3_layer"](
+                    **mlp(wi, y), gamma2=wn["input_norm"], w_qkv=wn["w_qkv"], pos=pos, freqs=freqs
+                ),
+            ),
+        )
+        x, qkv = out["x2"], out["qkv"]
+    y = _attention(qkv, shape, b, s)
+    lm = root["embed_tokens.weight" if shape.tied else "lm_head.weight"]
+    out = within(
+        shape.layers - 1,
+        lambda wl: chains["llama3_last"](
+            **mlp(wl, y), gamma_f=root["norm"], w_lm=lm, target=target
+        ),
+    )
+    valid = target != IGNORE_INDEX
+    # the LM head writes target_logit only where the target is valid: select, never multiply
+    nll = torch.where(valid, out["lse"] - out["target_logit"], 0.0)
+    n = kw.get("num_items_in_batch")
+    return nll.sum() / (valid.sum() if n is None else n)
+
+
+def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int) -> torch.Tensor:
+    """SDPA over the heads of ``qkv [M, (NH + 2*NKV)*HD]``; returns ``y [M, NH*HD]``."""
+    h, kv, hd = shape.heads, shape.kv_heads, shape.head_dim
+    heads = qkv.view(b, s, h + 2 * kv, hd).transpose(1, 2)
+    q, k, v = heads[:, :h], heads[:, h : h + kv], heads[:, h + kv :]
+    y = F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True, scale=1.0 / math.sqrt(hd)
+    )
+    return y.transpose(1, 2).reshape(b * s, h * hd)
+
+
+class LlamaForCausalLM(torch.nn.Module):
+    """A Llama-3 causal LM from the bundled chains (the module docstring).
+
+    ``config``: a transformers ``LlamaConfig`` or :class:`LlamaConfig`. ``builds``: a build root
+    or ``{chain name: build}`` (:func:`chain_ops`). Parameters are created in ``dtype`` on
+    ``device`` with transformers' initialisation (normal(0, 0.02), norms at 1); load weights with
+    :meth:`from_hf` or :meth:`load_hf_state_dict`."""
+
+    def __init__(self, config, builds="build", tuned=None, dtype=torch.bfloat16, device=None):
+        super().__init__()
+        self.config = config
+        self.shape = sh = LlamaShape.of(config)
+        self.chains = chain_ops(sh, builds, tuned)
+        kw = {"dtype": dtype, "device": device}
+        qkv_rows = (sh.heads + 2 * sh.kv_heads) * sh.head_dim
+        self.embed_tokens = torch.nn.Embedding(sh.vocab, sh.hidden, **kw)
+        self.layers = torch.nn.ModuleList(
+            _Layer(sh.hidden, sh.inter, qkv_rows, sh.heads * sh.head_dim, kw)
+            for _ in range(sh.layers)
+        )
+        self.norm = torch.nn.Parameter(torch.ones(sh.hidden, **kw))
+        if not sh.tied:
+            self.lm_head = torch.nn.Linear(sh.hidden, sh.vocab, bias=False, **kw)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if not name.endswith("norm"):
+                    p.normal_(0.0, 0.02)
+        wide = dtype if dtype in (torch.float64, torch.float32) else torch.float32
+        self.register_buffer("freqs", rope_table(sh, wide, device), persistent=False)
+
+    def forward(self, input_ids, labels, **kw):
+        """The mean cross-entropy of next-token prediction (``causal_lm_loss``)."""
+        root = {"embed_tokens.weight": self.embed_tokens.weight, "norm": self.norm}
+        if not self.shape.tied:
+            root["lm_head.weight"] = self.lm_head.weight
+        layers = self.layers
+
+        def within(i, fn):
+            return layers[i](fn)
+
+        return causal_lm_loss(
+            self.chains, self.shape, root, within, input_ids, labels, self.freqs, **kw
+        )
+
+    @classmethod
+    def from_hf(cls, model_or_state_dict, config=None, **kw) -> LlamaForCausalLM:
+        """A model with the weights of a transformers ``LlamaForCausalLM`` (or its state dict,
+        with ``config``), in their dtype and device unless ``dtype``/``device`` are given."""
+        sd = model_or_state_dict
+        if not isinstance(sd, dict):
+            config = config or sd.config
+            sd = sd.state_dict()
+        if config is None:
+            raise CodaRuntimeError("from_hf(state_dict) needs the model's config=")
+        first = sd["model.embed_tokens.weight"]
+        kw.setdefault("dtype", first.dtype)
+        kw.setdefault("device", first.device)
+        model = cls(config, **kw)
+        model.load_hf_state_dict(sd)
+        return model
+
+    def load_hf_state_dict(self, sd: dict) -> None:
+        """Load weights in transformers' names and layouts (``coda_spec.nn.layout``)."""
+        self.load_state_dict(layout.from_hf_state_dict(sd, self.shape))
+
+    def to_hf_state_dict(self) -> dict:
+        """The weights in transformers' names and layouts (what its ``load_state_dict`` takes)."""
+        sd = {k: v.detach() for k, v in self.state_dict().items()}
+        return layout.to_hf_state_dict(sd, self.shape)
+
+
+class _Layer(torch.nn.Module):
+    """One decoder layer's weights, in coda's layout (``coda_spec.nn.layout``). Calling it runs
+    ``fn`` on them (``causal_lm_loss``'s ``within``): the module call is where FSDP2 gathers a
+    sharded layer's weights and autograd's hooks find them."""
+
+    def __init__(self, d: int, f: int, qkv_rows: int, attn: int, kw: dict):
+        super().__init__()
+        self.w_qkv = torch.nn.Parameter(torch.empty(qkv_rows, d, **kw))
+        self.w_o = torch.nn.Parameter(torch.empty(d, attn, **kw))
+        self.w_gu = torch.nn.Parameter(torch.empty(2 * f, d, **kw))
+        self.w_down = torch.nn.Parameter(torch.empty(d, f, **kw))
+        self.input_norm = torch.nn.Parameter(torch.ones(d, **kw))
+        self.post_norm = torch.nn.Parameter(torch.ones(d, **kw))
+
+    def forward(self, fn):
+        return fn(dict(self.named_parameters()))
