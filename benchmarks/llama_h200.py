@@ -11,8 +11,8 @@ gradient of the bf16 runs are compared with the fp32 run's (relative Frobenius e
 issue's bar is coda's error <= 1.5x transformers-bf16's, per tensor.
 ``compile``: ``torch._dynamo.explain`` of the coda model (graph breaks), and a fullgraph compile's
 loss against eager's. ``step``: forward + loss + backward, median of ``--steps`` after warm-up,
-peak allocated memory, for ``--mode`` coda | coda-compile | hf | hf-compile (transformers'
-``create_causal_mask`` patched to None so compiled attention keeps the ``is_causal`` path, as
+peak allocated memory and the bytes autograd saves per layer (eager modes), for ``--mode`` coda |
+coda-compile | hf | hf-compile (transformers' ``create_causal_mask`` patched to None so compiled attention keeps the ``is_causal`` path, as
 issue 21 describes). Default config: Llama-3.2-1B (16 layers, 2048 hidden, 32/8 heads, 64 head
 dim, 8192 intermediate, 128256 vocab, tied), batch 2 x 4096. ``--layers``/``--seq`` shrink it.
 """
@@ -141,6 +141,24 @@ def compile_check(args) -> dict:
     }
 
 
+def saved_bytes(fn, ids, labels, params) -> int:
+    """Bytes autograd keeps for the backward of one forward: every saved tensor's storage, once,
+    parameters (and their views) left out."""
+    skip = {p.untyped_storage().data_ptr() for p in params}
+    seen: dict = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = fn(ids, labels)
+    del loss
+    return sum(seen.values())
+
+
 def step(args) -> dict:
     cfg = config(args.layers)
     ids, labels = batch(cfg, args.batch, args.seq)
@@ -159,6 +177,9 @@ def step(args) -> dict:
         def fn(i, lab):
             return hf_loss(model, i, lab)
 
+    saved = None
+    if not args.mode.endswith("compile"):  # compiled graphs save inside their own function
+        saved = saved_bytes(fn, ids, labels, list(model.parameters()))
     if args.mode.endswith("compile"):
         fn = torch.compile(fn)
     times = []
@@ -182,6 +203,7 @@ def step(args) -> dict:
         "ms": round(ms, 2),
         "tokens_per_s": round(args.batch * args.seq / ms * 1e3),
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "saved_mib_per_layer": None if saved is None else round(saved / args.layers / 2**20, 1),
         "first_step_s": round(first, 1),
         "loss": loss.item(),
         "steps": args.steps,
