@@ -9,12 +9,13 @@ computing in fp32 (the reference), the same computing in bf16, and
 ``coda_spec.nn.LlamaForCausalLM.from_hf`` of the bf16 one. The loss and every parameter
 gradient of the bf16 runs are compared with the fp32 run's (relative Frobenius error); the
 issue's bar is coda's error <= 1.5x transformers-bf16's, per tensor.
-``compile``: ``torch._dynamo.explain`` of the coda model (graph breaks), and a fullgraph compile's
-loss against eager's. ``step``: forward + loss + backward, median of ``--steps`` after warm-up,
-peak allocated memory and the bytes autograd saves per layer (eager modes), for ``--mode`` coda |
-coda-compile | hf | hf-compile (transformers' ``create_causal_mask`` patched to None so compiled attention keeps the ``is_causal`` path, as
-issue 21 describes). Default config: Llama-3.2-1B (16 layers, 2048 hidden, 32/8 heads, 64 head
-dim, 8192 intermediate, 128256 vocab, tied), batch 2 x 4096. ``--layers``/``--seq`` shrink it.
+``compile``: ``torch._dynamo.explain`` of the coda model (graph breaks), and a fullgraph
+compile's loss against eager's. ``step``: forward + loss + backward, median of ``--steps`` after
+warm-up, peak allocated memory and the bytes autograd saves per layer (eager modes), for
+``--mode`` coda | coda-compile | hf | hf-compile (transformers' ``create_causal_mask`` patched to
+None so compiled attention keeps the ``is_causal`` path, as issue 21 describes). Default config:
+Llama-3.2-1B (16 layers, 2048 hidden, 32/8 heads, 64 head dim, 8192 intermediate, 128256 vocab,
+tied), batch 2 x 4096. ``--layers``/``--seq`` shrink it.
 """
 
 from __future__ import annotations
