@@ -1,21 +1,17 @@
-"""The coda Llama on the GPU against transformers: bf16 parity, compile, one step's time.
+"""The coda Llama on the GPU against transformers: bf16 parity and compile.
 
     python3 benchmarks/llama_h200.py parity  --out parity.json     # one process per part
     python3 benchmarks/llama_h200.py compile --out compile.json
-    python3 benchmarks/llama_h200.py step --mode coda --out step-coda.json
 
 ``parity``: the same random bf16 weights (seeded) in a transformers ``LlamaForCausalLM``
 computing in fp32 (the reference), the same computing in bf16, and
 ``coda_spec.nn.LlamaForCausalLM.from_hf`` of the bf16 one. The loss and every parameter
 gradient of the bf16 runs are compared with the fp32 run's (relative Frobenius error); the
-issue's bar is coda's error <= 1.5x transformers-bf16's, per tensor.
-``compile``: ``torch._dynamo.explain`` of the coda model (graph breaks), and a fullgraph
-compile's loss against eager's. ``step``: forward + loss + backward, median of ``--steps`` after
-warm-up, peak allocated memory and the bytes autograd saves per layer (eager modes), for
-``--mode`` coda | coda-compile | hf | hf-compile (transformers' ``create_causal_mask`` patched to
-None so compiled attention keeps the ``is_causal`` path, as issue 21 describes). Default config:
-Llama-3.2-1B (16 layers, 2048 hidden, 32/8 heads, 64 head dim, 8192 intermediate, 128256 vocab,
-tied), batch 2 x 4096. ``--layers``/``--seq`` shrink it.
+issue's bar is coda's error <= 1.5x transformers-bf16's, per tensor. ``compile``:
+``torch._dynamo.explain`` of the coda model (graph breaks), and a fullgraph compile's loss
+against eager's. Step times: ``benchmarks/train_step.py``. Default config: Llama-3.2-1B (16
+layers, 2048 hidden, 32/8 heads, 64 head dim, 8192 intermediate, 128256 vocab, tied), batch 2 x
+4096; ``--layers``/``--seq`` shrink it.
 """
 
 from __future__ import annotations
@@ -27,35 +23,15 @@ import statistics
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+import train_step  # benchmarks/: the shapes' one home
+from transformers import LlamaForCausalLM
 
 from coda_spec.nn import LlamaForCausalLM as CodaLlama
 from coda_spec.nn import layout
 
-ONE_B = {
-    "vocab_size": 128256,
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "num_hidden_layers": 16,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "rms_norm_eps": 1e-5,
-    "max_position_embeddings": 131072,
-    "tie_word_embeddings": True,
-    "rope_parameters": {
-        "rope_type": "llama3",
-        "rope_theta": 500000.0,
-        "factor": 32.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-}
 
-
-def config(layers: int) -> LlamaConfig:
-    return LlamaConfig(**{**ONE_B, "num_hidden_layers": layers}, attn_implementation="sdpa")
+def config(layers: int):
+    return train_step.config("1b-2x4096", layers)
 
 
 def hf_model(cfg, dtype) -> LlamaForCausalLM:
@@ -142,88 +118,16 @@ def compile_check(args) -> dict:
     }
 
 
-def saved_bytes(fn, ids, labels, params) -> int:
-    """Bytes autograd keeps for the backward of one forward: every saved tensor's storage, once,
-    parameters (and their views) left out."""
-    skip = {p.untyped_storage().data_ptr() for p in params}
-    seen: dict = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in skip:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = fn(ids, labels)
-    del loss
-    return sum(seen.values())
-
-
-def step(args) -> dict:
-    cfg = config(args.layers)
-    ids, labels = batch(cfg, args.batch, args.seq)
-    hf = hf_model(cfg, torch.bfloat16)
-    if args.mode.startswith("coda"):
-        model = CodaLlama.from_hf(hf, builds=args.builds)
-        del hf
-        fn = model
-    else:
-        model = hf
-        if args.mode == "hf-compile":
-            from transformers.models.llama import modeling_llama
-
-            modeling_llama.create_causal_mask = lambda *a, **k: None  # keep is_causal (issue 21)
-
-        def fn(i, lab):
-            return hf_loss(model, i, lab)
-
-    saved = None
-    if not args.mode.endswith("compile"):  # compiled graphs save inside their own function
-        saved = saved_bytes(fn, ids, labels, list(model.parameters()))
-    if args.mode.endswith("compile"):
-        fn = torch.compile(fn)
-    times = []
-    t0 = time.perf_counter()
-    for i in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        loss = fn(ids, labels)
-        loss.backward()
-        torch.cuda.synchronize()
-        if i == 0:
-            first = time.perf_counter() - t0
-            torch.cuda.reset_peak_memory_stats()
-        if i >= args.warmup:
-            times.append((time.perf_counter() - start) * 1e3)
-        for p in model.parameters():
-            p.grad = None
-    ms = statistics.median(times)
-    return {
-        "mode": args.mode,
-        "ms": round(ms, 2),
-        "tokens_per_s": round(args.batch * args.seq / ms * 1e3),
-        "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
-        "saved_mib_per_layer": None if saved is None else round(saved / args.layers / 2**20, 1),
-        "first_step_s": round(first, 1),
-        "loss": loss.item(),
-        "steps": args.steps,
-    }
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=["parity", "compile", "step"])
-    ap.add_argument("--mode", default="coda", choices=["coda", "coda-compile", "hf", "hf-compile"])
+    ap.add_argument("part", choices=["parity", "compile"])
     ap.add_argument("--builds", default="build")
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=4096)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    run = {"parity": parity, "compile": compile_check, "step": step}[args.part]
+    run = {"parity": parity, "compile": compile_check}[args.part]
     got = run(args)
     got["args"] = vars(args)
     got["gpu"] = torch.cuda.get_device_name()
