@@ -4,7 +4,7 @@ baselines live in the repository, ``benchmarks/baselines/`` (imported as ``bench
 
 * eager, every bundled spec at small dims (``mathcheck.small``), fixed seed: in fp64 each output
   equals the reference interpreter's fp64 value to 1e-6 relative; at the declared dtypes (bf16)
-  each output has the declared dtype and shape and is within bf16 rounding; llama_block's
+  each output has the declared dtype and shape and is within bf16 rounding; the Llama chains'
   autograd through the eager forward equals the spec's backward outputs.
 * the ``equivalent_to`` fallback for a spec outside the catalogue, and its ValueError without one.
 * the registries: eager covers exactly the bundled specs (a new spec without a baseline fails
@@ -142,8 +142,9 @@ def _backward_check(checked, sizes, b, tol: float) -> None:
         assert _rel(g, want[name]) <= tol, name
 
 
-def test_eager_llama_block_autograd_equals_backward():
-    checked, sizes = _case("llama_block")
+@pytest.mark.parametrize("stem", ["llama_block", "llama3_first", "llama3_layer", "llama3_last"])
+def test_eager_llama_autograd_equals_backward(stem):
+    checked, sizes = _case(stem)
     _backward_check(checked, sizes, eager(checked, sizes), 1e-6)
 
 

@@ -1,11 +1,11 @@
 """``coda build`` on the bundled catalogue, GPU-blind (CI): every spec compiles for sm_90a.
 
-A session fixture builds every bundled spec once (2 compile workers, ~750 MB each). Then, per
-spec: the manifest's epilogue arguments are exactly the spec's operands, outputs and reductions;
-each kernel's cubin (cut out of its object) is sm_90a with HGMMA, TMA loads, a TMA store or
-reduce per tile output, and no local memory. Cache hits and atomicity are
-tested on small specs; the host logic (refusals, compile-failure mapping, --stop-after) is in
-tests/test_build_host.py and tests/test_stages.py, which run without quack.
+A session fixture builds every bundled spec that lowers (``conftest.LOWERED``) once (2 compile
+workers, ~750 MB each). Then, per spec: the manifest's epilogue arguments are exactly the spec's
+operands, outputs and reductions; each kernel's cubin (cut out of its object) is sm_90a with
+HGMMA, TMA loads, a TMA store or reduce per tile output, and no local memory. Cache hits and
+atomicity are tested on small specs; the host logic (refusals, compile-failure mapping,
+--stop-after) is in tests/test_build_host.py and tests/test_stages.py, which run without quack.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from coda_spec.builddir import prune
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.module import kernel_steps
-from tests.conftest import ROOT, SPECS, needs_build
+from tests.conftest import LOWERED, ROOT, needs_build
 from tests.cubin import arch_of, cubins, nvdisasm_path, opcodes
 
 # the compile tier: sm_90a through cutlass/quack, run from the repo root
 pytestmark = [pytest.mark.slow, needs_build, pytest.mark.usefixtures("at_root")]
-IDS = [p.stem for p in SPECS]
+IDS = [p.stem for p in LOWERED]
 GEMM_SPECS = [
     p
-    for p in SPECS
+    for p in LOWERED
     if any(s.kind == "kernel" for s in check_file(p).spec.steps)
     or check_file(p).spec.backward is not None
 ]
@@ -41,7 +41,7 @@ GEMM_SPECS = [
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("build")
     results = {}
-    for path in SPECS:
+    for path in LOWERED:
         try:
             results[path.stem] = build_spec(path.relative_to(ROOT), BuildOptions(out=out))
         except SpecError as e:
@@ -56,7 +56,7 @@ def _result(built, stem):
     return res
 
 
-@pytest.mark.parametrize("path", SPECS, ids=IDS)
+@pytest.mark.parametrize("path", LOWERED, ids=IDS)
 def test_spec_builds(built, path):
     res = _result(built, path.stem)
     manifest = json.loads((res.directory / "manifest.json").read_text())
@@ -85,7 +85,7 @@ def _epilogue_names(step) -> set:
     return names
 
 
-@pytest.mark.parametrize("path", SPECS, ids=IDS)
+@pytest.mark.parametrize("path", LOWERED, ids=IDS)
 def test_manifest_epilogue_arguments_are_the_specs(built, path):
     res = _result(built, path.stem)
     manifest = json.loads((res.directory / "manifest.json").read_text())

@@ -3,7 +3,8 @@
 Lowering is pure text (no quack import), so these run without compiling, and the goldens do not
 depend on installed tool versions. Regenerate with
 ``CODA_UPDATE_GOLDEN=1 python -m pytest tests/test_lowering.py`` and review the diff. A spec with
-host steps only has no kernel.py (and no golden .py).
+host steps only has no kernel.py (and no golden .py). A spec in ``conftest.NOT_LOWERED`` has no
+goldens yet: its refusal is asserted instead, so the entry goes when the lowering lands.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file, check_source
 from coda_spec.lower.module import lower_spec
 from coda_spec.source import parse_text
-from tests.conftest import ROOT, SPECS, assert_golden
+from tests.conftest import LOWERED, NOT_LOWERED, ROOT, assert_golden
 
-IDS = [p.stem for p in SPECS]
+IDS = [p.stem for p in LOWERED]
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def _chdir_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-@pytest.mark.parametrize("path", SPECS, ids=IDS)
+@pytest.mark.parametrize("path", LOWERED, ids=IDS)
 def test_generated_kernel_module_matches_golden(path):
     checked = check_file(path.relative_to(ROOT))
     lowered = lower_spec(checked, BuildConfig())
@@ -45,7 +46,7 @@ def test_generated_kernel_module_matches_golden(path):
     assert_golden(ROOT / "tests" / "golden" / "kernels" / f"{path.stem}.fields.json", calls)
 
 
-@pytest.mark.parametrize("path", SPECS, ids=IDS)
+@pytest.mark.parametrize("path", LOWERED, ids=IDS)
 def test_every_statement_names_its_spec_line(path):
     checked = check_file(path.relative_to(ROOT))
     source = lower_spec(checked, BuildConfig()).source
@@ -76,8 +77,21 @@ def test_banner_names_spec_and_hash_but_no_tool_versions():
         assert dist not in source
 
 
+@pytest.mark.parametrize("stem", sorted(NOT_LOWERED))
+def test_a_spec_not_lowered_yet_is_refused_as_conftest_says(stem):
+    """Each NOT_LOWERED entry is still true: lowering refuses the spec, located, with the named
+    message, and it has no golden kernel. When this fails, the lowering has landed: drop the
+    entry and write the goldens (CODA_UPDATE_GOLDEN=1)."""
+    checked = check_file(f"specs/{stem}.yaml")
+    with pytest.raises(SpecError) as e:
+        lower_spec(checked, BuildConfig())
+    (d,) = e.value.diagnostics
+    assert d.message.startswith(NOT_LOWERED[stem]) and d.line > 0, d.message
+    assert not (ROOT / "tests" / "golden" / "kernels" / f"{stem}.fields.json").exists()
+
+
 def _kernel_sources():
-    for path in SPECS:
+    for path in LOWERED:
         lowered = lower_spec(check_file(path.relative_to(ROOT)), BuildConfig())
         if lowered.kernels:
             yield path.stem, lowered.source

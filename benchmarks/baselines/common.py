@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-EPS = 1e-6  # every catalogue norm's epsilon
+EPS = 1e-6  # the catalogue norms' epsilon
+LLAMA3_EPS = 1e-5  # Llama-3's rms_norm_eps (the llama3_* specs)
 IGNORE = -100  # the catalogue's ignore_index
 
 
@@ -19,8 +20,8 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), None, EPS)
 
 
-def rstd(x: torch.Tensor) -> torch.Tensor:
-    return torch.rsqrt(upcast(x).square().mean(-1) + EPS)
+def rstd(x: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    return torch.rsqrt(upcast(x).square().mean(-1) + eps)
 
 
 def rope_tables(t: dict, sizes: dict) -> dict:

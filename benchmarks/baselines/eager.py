@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from coda_spec.bench.baselines import Impl
 from coda_spec.bench.baselines import grad_leaf as _grad_leaf
 
-from .common import EPS, IGNORE, rms, rope, rope_tables, rstd, upcast
+from .common import EPS, IGNORE, LLAMA3_EPS, rms, rope, rope_tables, rstd, upcast
 
 
 def _eager_f1(t, sizes):
@@ -88,14 +88,43 @@ def _eager_rmsnorm_chain(t, sizes):
     return {"x1": x1, "r": rstd(x1), "out": out}
 
 
-def _eager_llama_block(t, sizes):
-    """Forward only, differentiable ops only: the driver's autograd gives the backward."""
-    d = (sizes["D"],)
+def _post_attention(t, sizes, eps):
+    """x1, z1 and x2 of a Llama layer after attention: out-projection and residual, norm,
+    gate/up, SwiGLU, down projection and residual."""
     x1 = t["x0"] + t["y"] @ t["w_o"].T
-    z1 = F.rms_norm(x1, d, t["gamma1"], EPS) @ t["w_gu"].T
-    x2 = x1 + _swiglu_pairs(z1) @ t["w_down"].T
-    qkv = rope(F.rms_norm(x2, d, t["gamma2"], EPS) @ t["w_qkv"].T, t["_cos"], t["_sin"])
-    return {"x1": x1, "r1": rstd(x1), "z1": z1, "x2": x2, "r2": rstd(x2), "qkv": qkv}
+    z1 = F.rms_norm(x1, (sizes["D"],), t["gamma1"], eps) @ t["w_gu"].T
+    return x1, z1, x1 + _swiglu_pairs(z1) @ t["w_down"].T
+
+
+def _qkv_rope(x, gamma, t, sizes, eps):
+    return rope(F.rms_norm(x, (sizes["D"],), gamma, eps) @ t["w_qkv"].T, t["_cos"], t["_sin"])
+
+
+def _eager_llama_block(t, sizes, eps=EPS):
+    """Forward only, differentiable ops only: the driver's autograd gives the backward."""
+    x1, z1, x2 = _post_attention(t, sizes, eps)
+    qkv = _qkv_rope(x2, t["gamma2"], t, sizes, eps)
+    return {"x1": x1, "r1": rstd(x1, eps), "z1": z1, "x2": x2, "r2": rstd(x2, eps), "qkv": qkv}
+
+
+def _eager_llama3_first(t, sizes):
+    """Layer 0's input norm and QKV + RoPE; autograd gives the backward."""
+    return {
+        "qkv": _qkv_rope(t["x"], t["gamma"], t, sizes, LLAMA3_EPS),
+        "r": rstd(t["x"], LLAMA3_EPS),
+    }
+
+
+def _eager_llama3_layer(t, sizes):
+    return _eager_llama_block(t, sizes, LLAMA3_EPS)
+
+
+def _eager_llama3_last(t, sizes):
+    """The last layer into the LM head: the logits are written (as unfused code does) and the
+    statistics taken from them in fp32; autograd gives the backward."""
+    _, _, x2 = _post_attention(t, sizes, LLAMA3_EPS)
+    logits = F.rms_norm(x2, (sizes["D"],), t["gamma_f"], LLAMA3_EPS) @ t["w_lm"].T
+    return _lse_and_target(logits, t["target"])
 
 
 def _eager_b1(t, sizes):
@@ -159,6 +188,9 @@ EAGER = MappingProxyType(
         "f7_qk_norm_rope": Impl(_eager_f7_qk_norm_rope, rope_tables, _EAGER_ROPE_NOTE),
         "f7_qkv_head_sumsq": Impl(_eager_f7_qkv_head_sumsq),
         "f8_scale": Impl(_eager_f8),
+        "llama3_first": Impl(_eager_llama3_first, rope_tables, _EAGER_ROPE_NOTE),
+        "llama3_last": Impl(_eager_llama3_last),
+        "llama3_layer": Impl(_eager_llama3_layer, rope_tables, _EAGER_ROPE_NOTE),
         "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
         "rmsnorm_chain": Impl(_eager_rmsnorm_chain),
     }
