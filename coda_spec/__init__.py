@@ -18,8 +18,9 @@ def load(directory, tuned=None):
     return _load(directory, tuned=tuned)
 
 
-def op(build, tuned=None):
-    """A built chain as a torch op with autograd (``coda_spec.ops.op``; docs/training.md)."""
+def op(build, tuned=None, fuse_grad_accum=False):
+    """A built chain as a torch op with autograd (``coda_spec.ops.op``; docs/training.md).
+    ``fuse_grad_accum``: eager backwards add weight gradients into ``.grad`` in place."""
     from coda_spec.ops import op as _op
 
-    return _op(build, tuned=tuned)
+    return _op(build, tuned=tuned, fuse_grad_accum=fuse_grad_accum)

@@ -18,9 +18,10 @@ Format history: 2 added ``grads_in`` and ``backward_outputs``; 3 ``required`` on
 config variants; 5 host steps and finalizes compiled ahead of time (``launch``); 6 makes every
 shape an expression over the spec's dims, so a build re-sizes by replacing ``dims`` (verify's
 ragged and ``--dims`` cases, bench) and finalizes run only as compiled kernels; 7 writes each
-variant's ``name`` (its config text) once, at build, and the ``of`` of each gradient. Only
-format 7 is read: an older build is refused; rebuild it (and re-run ``coda tune``: tune files
-are keyed by the build directory).
+variant's ``name`` (its config text) once, at build, and the ``of`` of each gradient; 8 adds
+``accumulate`` to every kernel step (the accumulating kernel of a weight gradient, or null).
+Only format 8 is read: an older build is refused; rebuild it (and re-run ``coda tune``: tune
+files are keyed by the build directory).
 
 Shapes (format 6 on). Every shape -- ``inputs``, ``outputs``, ``tensors``, ``grads_in``,
 ``backward_outputs``, a kernel step's ``fields`` (and each variant's), ``d``/``c`` and GEMM
@@ -53,7 +54,14 @@ each candidate config its primitives support and whose SASS does not spill, each
 ``config``, exported ``symbol``, ``fields`` (partial-buffer shapes follow its tile),
 ``field_order``, ``majors``, ``max_swizzle_size``, ``compile_s``, ``object_bytes``,
 ``spills`` and ``name`` (the config text); ``variants[0]`` repeats the step's own values (the
-fallback). How the runtime calls an exported kernel is ``coda_spec.runtime.launch.quack_gemm``.
+fallback). ``accumulate`` (format 8) is null, or a variant record of the same kernel at the
+fallback config compiled with QuACK's ``add_to_output`` (D += the epilogue's result, through a
+TMA reduce-add store). A backward kernel step gets one when its D is a weight gradient (a
+backward output that is the gradient of a chain input, with no dynamic dim in its shape),
+written with no ``add_to``, no C operand, in plain mode, as fp32, bf16 or fp16, and read by no
+later step: a backward can then add that gradient into an existing tensor in place (a
+``.grad``: ``Chain.backward(accumulate=...)``, the torch op's ``fuse_grad_accum``). How the
+runtime calls an exported kernel is ``coda_spec.runtime.launch.quack_gemm``.
 
 A host step records ``over``, ``reads``, ``writes``, ``partials`` (partial tensor -> its fold)
 and ``launch``; a finalize ``op``, ``of``, ``result``, ``n``, ``eps`` and ``launch`` (the Triton
@@ -73,8 +81,9 @@ from typing import Any, ClassVar
 
 from coda_spec.dims import dynamic_dim, evaluator, exprs
 
-FORMAT_VERSION = 7  # 2: grads; 3: required; 4: variants; 5: launch; 6: shape exprs; 7: names
-READABLE_FORMATS = (7,)  # older builds: rebuild (and re-run coda tune)
+FORMAT_VERSION = 8  # 2: grads; 3: required; 4: variants; 5: launch; 6: shape exprs; 7: names;
+# 8: accumulating kernels
+READABLE_FORMATS = (8,)  # older builds: rebuild (and re-run coda tune)
 MANIFEST = "manifest.json"
 _STEPS = ("steps", "backward_steps")
 # Where a manifest holds shapes (``coda_spec.dims.exprs`` paths): written as expressions.
@@ -85,6 +94,7 @@ SHAPES = (
     (_STEPS, "*", ("d", "c"), 2),
     (_STEPS, "*", "fields", "*", "shape"),
     (_STEPS, "*", "variants", "*", "fields", "*", "shape"),
+    (_STEPS, "*", "accumulate", "fields", "*", "shape"),
     (_STEPS, "*", "n"),  # a finalize's n (and a kernel's GEMM N, above)
     (_STEPS, "*", "launch", "grid"),
     (_STEPS, "*", "launch", "args", "*", "dim"),
@@ -251,6 +261,9 @@ class KernelStep:
     fields: tuple  # tuple[Field, ...]
     acc_only: bool  # the epilogue stores acc alone (an empty K writes zeros, no launch)
     variants: tuple  # tuple[Variant, ...], never empty
+    # the fallback config compiled with D += result (QuACK's add_to_output): a weight gradient's
+    # kernel, which a backward may run to add the gradient into an existing tensor (.grad)
+    accumulate: Variant | None = None
 
     @property
     def fallback(self) -> Variant:
@@ -290,6 +303,7 @@ class KernelStep:
             tuple(Field.from_data(f) for f in d["fields"]),
             bool(d.get("acc_only", False)),
             tuple(Variant.from_data(v) for v in d["variants"]),
+            Variant.from_data(d["accumulate"]) if d["accumulate"] is not None else None,
         )
 
 

@@ -42,7 +42,7 @@ from coda_spec.ir import to_data
 from coda_spec.lower import triton_aot
 from coda_spec.lower.finalize_kernel import finalize_kernel
 from coda_spec.lower.host_kernel import host_kernel
-from coda_spec.lower.module import lower_variants
+from coda_spec.lower.module import ACCUMULATE_SUFFIX, accumulating, lower_variants
 from coda_spec.lower.sass import spills
 from coda_spec.manifest import compiler_lib_dirs, finalize_data, lowered_exprs, make_manifest
 from coda_spec.primitives import cache_keys
@@ -77,11 +77,12 @@ class BuildResult:
     seconds: float
 
 
-def build_hash(checked, config, lowered, aot=()) -> str:
+def build_hash(checked, config, lowered, aot=(), accumulate=()) -> str:
     """Content address: the spec, the generated source (a change in coda's lowering is a new
-    build; ``aot``: the Triton kernels of host steps and finalizes), the config (or the
-    candidate list), the tool versions, the artifact format and the ``cache_key()`` of every
-    primitive the spec uses (bumping a primitive's ``version`` rebuilds the specs using it)."""
+    build; ``aot``: the Triton kernels of host steps and finalizes; ``accumulate``: the steps
+    compiled with an accumulating flavour too), the config (or the candidate list), the tool
+    versions, the artifact format and the ``cache_key()`` of every primitive the spec uses
+    (bumping a primitive's ``version`` rebuilds the specs using it)."""
 
     configs = config if isinstance(config, tuple) else (config,)
     key = configs[0].key() if len(configs) == 1 else [c.key() for c in configs]
@@ -91,6 +92,7 @@ def build_hash(checked, config, lowered, aot=()) -> str:
             "config": key,
             "kernel.py": lowered.source,
             "kernels": [k.source for k in aot],
+            "accumulate": sorted(accumulate),
             "tools": tool_versions(),
             "format": artifact.FORMAT_VERSION,
             "primitives": cache_keys(checked.spec),
@@ -127,7 +129,8 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
     lowered, variants, dropped = lower_variants(checked, opts.candidates)
     meta = lowered_json(checked, lowered, opts.candidates, variants)
     aot = aot_kernels(checked, meta)
-    final = opts.out / builddir.build_name(name, build_hash(checked, opts.candidates, lowered, aot))
+    digest = build_hash(checked, opts.candidates, lowered, aot, meta["accumulate"])
+    final = opts.out / builddir.build_name(name, digest)
     if not opts.force and (final / artifact.MANIFEST).is_file():
         builddir.point_latest(opts.out, name, final)
         elapsed = time.perf_counter() - start
@@ -201,15 +204,19 @@ def _run_stages(path, checked, lowering, variants, tmp: Path, opts, log) -> bool
         (tmp / triton_aot.KERNEL_DIR / f"{k.step}.py").write_text(k.source)
     n = sum(len(v) for v in variants.values())
     if lowered.kernels:
-        _say(f"{path}: lowered {len(lowered.kernels)} kernel(s), {n} variant(s) -> kernel.py", log)
+        more = f", {len(meta['accumulate'])} accumulating" if meta["accumulate"] else ""
+        what = f"{len(lowered.kernels)} kernel(s), {n} variant(s){more}"
+        _say(f"{path}: lowered {what} -> kernel.py", log)
     if aot:
         names = ", ".join(k.step for k in aot)
         _say(f"{path}: lowered {len(aot)} Triton kernel(s) -> kernels/ ({names})", log)
     if not stages.reaches(opts.stop_after, "compile"):
         return False
-    symbols = [v.symbol for vs in variants.values() for v in vs]
+    accumulate = [a["symbol"] for a in meta["accumulate"].values()]
+    symbols = [v.symbol for vs in variants.values() for v in vs] + accumulate
     records = compile_kernels(path, checked, tmp, symbols, opts, log)
-    records = _drop_spilling(path, tmp, records, variants, log)
+    keep = {vs[0].symbol for vs in variants.values()} | set(accumulate)
+    records = _drop_spilling(path, tmp, records, keep, log)
     _note_starved(path, records, log)
     launches = compile_aot(path, aot, tmp, log)
     if not stages.reaches(opts.stop_after, "link"):
@@ -265,11 +272,11 @@ def compile_aot(path, aot: list, tmp: Path, log) -> dict:
     return out
 
 
-def _drop_spilling(path, tmp: Path, records: list, variants: dict, log) -> list:
-    """Drop the variants whose SASS spills (STL/LDL); a spilling fallback is kept, with a
-    warning (it is the only variant every call can use)."""
+def _drop_spilling(path, tmp: Path, records: list, first: set, log) -> list:
+    """Drop the variants whose SASS spills (STL/LDL); a spilling fallback or accumulating
+    kernel (``first``) is kept, with a warning (it is the only one of its kind every call can
+    use)."""
 
-    first = {vs[0].symbol for vs in variants.values()}
     kept = []
     for r in records:
         n = spills(tmp / f"{r['symbol']}.o", tmp)
@@ -309,8 +316,11 @@ def _note_starved(path, records: list, log) -> None:
 
 def lowered_json(checked, lowered, configs, variants: dict | None = None) -> dict:
     """lowered.json: the fallback config's kernels (``kernels``), and every variant: its
-    exported symbol, the function of kernel.py it compiles, its config and its fields."""
+    exported symbol, the function of kernel.py it compiles, its config and its fields; and the
+    accumulating flavour of each weight-gradient kernel (``accumulate``,
+    ``coda_spec.lower.module.accumulating``)."""
     a = checked.analysis
+    accumulate = accumulating(checked, lowered.kernels)
     configs = configs if isinstance(configs, tuple) else (configs,)
     out = {
         "spec": checked.spec.name,
@@ -321,6 +331,17 @@ def lowered_json(checked, lowered, configs, variants: dict | None = None) -> dic
         "sizes": {d.name: d.size for d in checked.spec.dims if d.size is not None},
         "tensors": {t.name: {"shape": list(t.shape), "dtype": t.dtype} for t in a.tensors},
         "kernels": [_kernel_data(k) for k in lowered.kernels],
+        "accumulate": {  # step -> its accumulating flavour (the fallback config, D += result)
+            k.step: {
+                "symbol": k.symbol + ACCUMULATE_SUFFIX,
+                "function": k.symbol,
+                "gradient": grad,
+                "config": configs[0].key(),
+                "fields": _kernel_data(k)["fields"],
+            }
+            for k in lowered.kernels
+            if (grad := accumulate.get(k.step)) is not None
+        },
     }
     if variants is not None:
         out["variants"] = {
@@ -402,7 +423,11 @@ def _compile_diag(checked, tmp: Path, symbol: str, out: Path) -> Diagnostic:
     to the spec line whose comment sits above it)."""
     tb = (tmp / f"{symbol}.error.txt").read_text()
     last = [ln for ln in tb.strip().splitlines() if ln.strip()][-1][:400]
-    step = next(s for s in _kernels(checked) if f"coda_{s.name}" == symbol)
+    # the fallback's symbol, a variant's (``__<config tag>``) or the accumulating flavour's
+    step = max(
+        (s for s in _kernels(checked) if f"{symbol}__".startswith(f"coda_{s.name}__")),
+        key=lambda s: len(s.name),
+    )
     line, col = step.loc.line, step.loc.col
     gen = (tmp / "kernel.py").read_text().splitlines()
     for ln in reversed(tb.splitlines()):

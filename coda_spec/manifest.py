@@ -39,6 +39,7 @@ LOWERED_SHAPES = (
     ("kernels", "*", ("d", "c"), 2),
     ("kernels", "*", "fields", "*", "shape"),
     ("variants", "*", "*", "fields", "*", "shape"),
+    ("accumulate", "*", "fields", "*", "shape"),
 )
 
 
@@ -105,6 +106,12 @@ def _step_data(step, info, kernels_by_step, records_by_symbol, analysis, lowered
             for v in listed
             if v["symbol"] in records_by_symbol
         ]
+        acc = lowered.get("accumulate", {}).get(step.name)  # a weight gradient's D += result
+        k["accumulate"] = (
+            _variant(acc, records_by_symbol[acc["symbol"]])
+            if acc is not None and acc["symbol"] in records_by_symbol
+            else None
+        )
         return k
     if step.kind == "finalize":
         data = finalize_data(step, analysis)

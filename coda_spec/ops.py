@@ -34,6 +34,15 @@ docs/training.md is the user's guide. The contract, as torch.library intends it:
 * **Under torch.compile** the op is opaque: each call picks its variant as a direct call does
   (forced, else the tune table's entry for the call's M, else the fallback) and allocates its
   partial buffers inside the op.
+* **fuse_grad_accum** (``op(build, fuse_grad_accum=True)``: a handle of the same op; QuACK's
+  option of that name), eager only: a weight gradient with an accumulating kernel
+  (``Chain.accumulable``) is added by that kernel into the ``.grad`` of the leaf the caller
+  passed, in place, and autograd gets ``None`` for it, when that ``.grad`` exists with the
+  gradient's dtype, the input's shape, a dense contiguous 16-byte aligned layout, the leaf has
+  no tensor hook, this backward is one that writes ``.grad`` (``.backward()``, not
+  ``torch.autograd.grad``) with no graph of its own (``create_graph``), and torch.compile is
+  not tracing. Otherwise that gradient is returned as usual (autograd adds it). On the CPU the
+  reference's gradient is added into ``.grad`` (``add_``), as autograd would.
 
 **One build serves every size** its kernels support: ``op(build, dims={"D": 256, ...})``
 re-sizes the build at load (:func:`resized`: the spec re-analysed at those dims, the manifest's
@@ -48,6 +57,9 @@ rename the spec). Make ops with :func:`op`.
 """
 
 from __future__ import annotations
+
+import contextvars
+import copy
 
 import torch
 
@@ -64,12 +76,17 @@ from coda_spec.runtime.plan import FallbackRefused, resized_manifest
 # calls run (one build per spec name, one ChainOp per dims), and the torch ops defined so far.
 _OPS: dict = {}
 _DEFINED: dict = {}
+# The leaves whose .grad a fuse_grad_accum call's backward may add into, {gradient: input}:
+# set by ChainOp.__call__ around the op's call, read by _setup_context (the same thread).
+_LEAVES: contextvars.ContextVar = contextvars.ContextVar("coda_leaves", default=None)
 
 
-def op(chain_or_build, tuned=None, dims=None) -> ChainOp:
+def op(chain_or_build, tuned=None, dims=None, fuse_grad_accum: bool = False) -> ChainOp:
     """The torch op of a built chain: a :class:`Chain` or a build directory (loaded with
     ``tuned`` as :func:`coda_spec.load` does), at the build's dims or re-sized to ``dims``
-    (``{name: size}`` for some static dims; :func:`resized`)."""
+    (``{name: size}`` for some static dims; :func:`resized`). ``fuse_grad_accum``: a handle
+    whose eager backward adds weight gradients into their leaves' ``.grad`` in place (see
+    :meth:`ChainOp.with_grad_accum`)."""
     chain = chain_or_build if isinstance(chain_or_build, Chain) else load(chain_or_build, tuned)
     if dims:
         chain = resized(chain, dims)
@@ -83,7 +100,7 @@ def op(chain_or_build, tuned=None, dims=None) -> ChainOp:
         )
     if key not in have:
         have[key] = ChainOp(chain)
-    return have[key]
+    return have[key].with_grad_accum(fuse_grad_accum)
 
 
 def resized(chain: Chain, dims: dict) -> Chain:
@@ -194,6 +211,8 @@ class ChainOp:
         self.differentiable = {of for _, of in self.grads}
         self._into = {s.add_to for s in m.steps if s.kind == "kernel" and s.add_to}
         self._into_bwd = {s.add_to for s in m.backward_steps if s.kind == "kernel" and s.add_to}
+        self.accumulable = list(chain.accumulable)  # gradients with an accumulating kernel
+        self.fuse_grad_accum = False
         n_bwd = len(self.saved) + len(self.grads) if self.has_backward else 0
         self.op, self.backward_op = _define(
             self.name,
@@ -202,7 +221,26 @@ class ChainOp:
         )
 
     def __repr__(self) -> str:
-        return f"<coda op coda::{self.name} of {self.chain.directory}>"
+        fused = ", fuse_grad_accum" if self.fuse_grad_accum else ""
+        return f"<coda op coda::{self.name} of {self.chain.directory}{fused}>"
+
+    def with_grad_accum(self, on: bool = True) -> ChainOp:
+        """This op (the same ``torch.ops.coda.<name>``) with ``fuse_grad_accum`` on or off: on,
+        an eager backward adds each gradient of :attr:`accumulable` into the ``.grad`` of the
+        leaf tensor passed for its input, in place, with the build's accumulating kernel, and
+        hands autograd ``None`` for it (module docstring; docs/training.md). A chain with no
+        such gradient is refused."""
+        if bool(on) == self.fuse_grad_accum:
+            return self
+        if on and not self.accumulable:
+            raise CodaRuntimeError(
+                f"{self.name}: fuse_grad_accum: no gradient of this chain has an accumulating "
+                "kernel (the build compiles one for each weight gradient a backward GEMM "
+                "stores, when nothing reads it after); leave fuse_grad_accum off"
+            )
+        other = copy.copy(self)
+        other.fuse_grad_accum = bool(on)
+        return other
 
     # -- the call ----------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
@@ -218,7 +256,13 @@ class ChainOp:
                 "section; detach them, or add backward: to the spec"
             )
         if needs_grad or torch.compiler.is_compiling():
-            got = self.op(*args, self.dims)
+            leaves = self._grad_leaves(args) if needs_grad else None
+            token = _LEAVES.set(leaves) if leaves else None
+            try:
+                got = self.op(*args, self.dims)
+            finally:
+                if token is not None:
+                    _LEAVES.reset(token)
         else:  # the eager bypass: no dispatcher, no autograd graph
             cuda = all(a.device.type == "cuda" for a in args if isinstance(a, torch.Tensor))
             got = (self._forward if cuda else self._forward_cpu)(*args)
@@ -250,6 +294,9 @@ class ChainOp:
         env.update(zip(self.returns, output, strict=True))
         ctx.coda_op = self
         ctx.save_for_backward(*(env[n] for n in self.saved))
+        # fuse_grad_accum: {gradient: leaf}, else None; plain references, not saved tensors:
+        # only their .grad is used in the backward, never their values
+        ctx.coda_leaves = _LEAVES.get()
         ctx.mark_non_differentiable(
             *(x for n, x in zip(self.returns, output, strict=True) if n not in self.differentiable)
         )
@@ -259,23 +306,73 @@ class ChainOp:
         # zero-stride (expand) or transposed gradients are made dense; a None (an output the
         # loss never used) never reaches here: autograd materializes it as zeros
         incoming = [by_output[of].contiguous() for _, of in self.grads]
-        got = _many(self.backward_op(*ctx.saved_tensors, *incoming, self.dims))
-        of_input = {of: g for (_, of), g in zip(self.grad_outputs, got, strict=True)}
+        into = self._grad_into(ctx)
+        if into:  # eager (fuse_grad_accum): the kernels add into .grad; no functional op
+            args = (*ctx.saved_tensors, *incoming)
+            cuda = all(a.device.type == "cuda" for a in args)
+            got = _many((self._backward if cuda else self._backward_cpu)(*args, into=into))
+        else:
+            got = _many(self.backward_op(*ctx.saved_tensors, *incoming, self.dims))
+        of_input = {
+            of: None if g in into else x for (g, of), x in zip(self.grad_outputs, got, strict=True)
+        }
         return (*(of_input.get(n) for n in self.inputs), None)  # None: the dims argument
+
+    def _grad_leaves(self, args) -> dict | None:
+        """fuse_grad_accum, eager: {gradient: the leaf passed for its input} for the
+        gradients with an accumulating kernel whose input is a leaf that requires grad (a
+        ``p.to(torch.bfloat16)`` is not one: its gradient goes to the cast, which autograd
+        carries to ``p``)."""
+        if not self.fuse_grad_accum or torch.compiler.is_compiling():
+            return None
+        given = dict(zip(self.inputs, args, strict=True))
+        leaves = {}
+        for g, of in self.grad_outputs:
+            x = given.get(of)
+            if g in self.accumulable and x is not None and x.is_leaf and x.requires_grad:
+                leaves[g] = x
+        return leaves
+
+    def _grad_into(self, ctx) -> dict:
+        """{gradient: the ``.grad`` its kernel adds into} for this backward: the leaves of
+        :meth:`_grad_leaves` whose ``.grad`` can take the kernel's store as autograd would take
+        the gradient (the module docstring's conditions, checked now: ``.grad`` appears at the
+        first micro-batch's backward)."""
+        leaves = getattr(ctx, "coda_leaves", None)
+        if not leaves or torch.compiler.is_compiling() or torch.is_grad_enabled():
+            return {}
+        into = {}
+        for g, x in leaves.items():
+            got = x.grad
+            if (
+                got is not None
+                and got.dtype == self._dtype(g, False)
+                and got.shape == x.shape
+                and got.device == x.device
+                and got.layout == torch.strided
+                and got.is_contiguous()
+                and got.data_ptr() % 16 == 0
+                and not got.requires_grad
+                and not x._backward_hooks  # a hook must see this call's gradient alone
+                and _writes_grad(x)
+            ):
+                into[g] = got
+        return into
 
     def _backward_split(self, args) -> tuple[dict, dict]:
         saved = dict(zip(self.saved, args[: len(self.saved)], strict=True))
         grads = dict(zip((g for g, _ in self.grads), args[len(self.saved) :], strict=True))
         return saved, grads
 
-    def _backward(self, *args) -> tuple:
+    def _backward(self, *args, into=None) -> tuple:
+        """``into``: {gradient: tensor} its accumulating kernel adds into (fuse_grad_accum)."""
         saved, grads = self._backward_split(args)
         for g in self._into_bwd & grads.keys():  # a kernel accumulates into it: a copy
             grads[g] = grads[g].clone()
-        out = self.chain.backward(saved, **grads)
+        out = self.chain.backward(saved, accumulate=into, **grads)
         return _one(tuple(out[g] for g, _ in self.grad_outputs))
 
-    def _backward_cpu(self, *args) -> tuple:
+    def _backward_cpu(self, *args, into=None) -> tuple:
         saved, grads = self._backward_split(args)
         wide = _wide([*saved.values(), *grads.values()])
         sizes = self.chain.bind_backward(
@@ -283,7 +380,10 @@ class ChainOp:
         )
         analysis = self.chain.checked().analysis
         env = reference_backward(analysis, {**saved, **grads}, _precision(wide), sizes)
-        return _one(tuple(self._out(env[g], g, wide) for g, _ in self.grad_outputs))
+        out = {g: self._out(env[g], g, wide) for g, _ in self.grad_outputs}
+        for g, t in (into or {}).items():  # as the kernel would: the stored value, added
+            out[g] = t.add_(out[g])
+        return _one(tuple(out[g] for g, _ in self.grad_outputs))
 
     def _backward_fake(self, *args) -> tuple:
         saved, grads = self._backward_split(args)
@@ -326,6 +426,18 @@ class ChainOp:
     def _out(self, x: torch.Tensor, name: str, wide) -> torch.Tensor:
         """A reference value as the op returns it: its dtype, contiguous, never an input."""
         return x.to(self._dtype(name, wide)).contiguous().clone()
+
+
+def _writes_grad(leaf: torch.Tensor) -> bool:
+    """Whether the running backward adds into ``leaf.grad``: ``.backward()`` does (with
+    ``inputs=`` naming the leaf, or none); ``torch.autograd.grad`` never writes ``.grad``.
+    Asked of the engine about the leaf's gradient accumulator (what ``register_multi_grad_hook``
+    asks)."""
+    node = torch.autograd.graph._get_grad_fn_or_grad_acc(leaf)
+    try:
+        return bool(torch._C._will_engine_execute_node(node))
+    except RuntimeError:  # autograd.grad() with this leaf among its inputs: returns, not .grad
+        return False
 
 
 def _wide(tensors):

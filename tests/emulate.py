@@ -79,6 +79,8 @@ def kernel(chain, step, call) -> None:
             into = env[step.add_to]
             into.copy_(value)
             env[name] = into
+        elif name in call.into:  # the accumulating kernel: D += the stored value
+            env[name] = call.into[name].add_(value)
         else:
             env[name] = _dense(value)
     for f in step.fields:

@@ -20,10 +20,11 @@ import pytest
 from coda_spec import artifact
 from coda_spec.build import BuildOptions, build_spec
 from coda_spec.builddir import prune
+from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
-from coda_spec.lower.module import kernel_steps
-from tests.conftest import LOWERED, ROOT, needs_build
+from coda_spec.lower.module import accumulating, kernel_steps, lower_spec
+from tests.conftest import LOWERED, ROOT, SPECS, needs_build
 from tests.cubin import arch_of, cubins, nvdisasm_path, opcodes
 
 # the compile tier: sm_90a through cutlass/quack, run from the repo root
@@ -192,3 +193,32 @@ def test_two_concurrent_builds_of_one_spec_are_safe(tmp_path):
     dirs = [d for d in tmp_path.iterdir() if d.is_dir() and not d.is_symlink()]
     assert len(dirs) == 1 and (dirs[0] / "manifest.json").is_file()
     assert (tmp_path / "f8_scale-latest" / "manifest.json").is_file()
+
+
+BACKWARD_SPECS = [p for p in LOWERED if check_file(p).spec.backward is not None]
+
+
+@pytest.mark.parametrize("path", BACKWARD_SPECS, ids=[p.stem for p in BACKWARD_SPECS])
+def test_accumulating_kernels_reduce_add_their_d(built, path, tmp_path):
+    """Each weight gradient's accumulating kernel (``accumulate`` in the manifest, exactly the
+    steps of the build's rule) is its plain kernel with D's TMA store turned into a TMA
+    reduce-add (UTMAREDG): D += result, QuACK's add_to_output."""
+    if nvdisasm_path() is None:
+        pytest.skip("triton's nvdisasm not found")
+    res = _result(built, path.stem)
+    manifest = json.loads((res.directory / "manifest.json").read_text())
+    checked = check_file(path.relative_to(ROOT))
+    want = accumulating(checked, lower_spec(checked, BuildConfig()).kernels)
+    kernels = [s for s in manifest["backward_steps"] if s["kind"] == "kernel"]
+    got = {k["name"]: k["d"][0] for k in kernels if k["accumulate"] is not None}
+    assert got == want and got
+    for k in kernels:
+        if k["accumulate"] is None:
+            continue
+        plain, acc = (
+            opcodes(cb, tmp_path)
+            for symbol in (k["symbol"], k["accumulate"]["symbol"])
+            for cb in cubins(res.directory / f"{symbol}.o")
+        )
+        assert acc["HGMMA"] > 0 and acc["UTMAREDG"] > plain["UTMAREDG"], (k["name"], dict(acc))
+        assert acc["UTMASTG"] < plain["UTMASTG"], (k["name"], dict(acc))

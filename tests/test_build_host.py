@@ -104,7 +104,11 @@ def test_config_a_primitive_cannot_support_is_refused_at_its_line(tmp_path):
     assert not any(tmp_path.iterdir()), "nothing is written for a refused config"
 
 
-def test_compile_failure_is_mapped_to_the_spec_line_of_the_generated_statement(tmp_path):
+# the fallback's symbol, a variant's and an accumulating flavour's: all map to their step
+@pytest.mark.parametrize(
+    "symbol", ["coda_out_proj", "coda_out_proj__128x128", "coda_out_proj__accumulate"]
+)
+def test_compile_failure_is_mapped_to_the_spec_line_of_the_generated_statement(tmp_path, symbol):
     from coda_spec.build import _compile_diag
     from coda_spec.config import BuildConfig
     from coda_spec.lower.module import lower_spec
@@ -117,12 +121,12 @@ def test_compile_failure_is_mapped_to_the_spec_line_of_the_generated_statement(t
     target = next(
         i for i, ln in enumerate(source.splitlines(), 1) if ln.strip() == "h = x1 * gamma"
     )
-    (work / "coda_out_proj.error.txt").write_text(
+    (work / f"{symbol}.error.txt").write_text(
         "Traceback (most recent call last):\n"
         f'  File "{work}/kernel.py", line {target}, in coda_out_proj\n'
         "    h = x1 * gamma\nValueError: something the DSL did not like\n"
     )
-    d = _compile_diag(checked, work, "coda_out_proj", tmp_path)
+    d = _compile_diag(checked, work, symbol, tmp_path)
     assert (d.line, d.path) == (20, "out_proj")  # rmsnorm_chain.yaml:20 is the mul item
     assert "ValueError: something the DSL did not like" in d.message
-    assert "rmsnorm_chain-0123456789ab.failed/coda_out_proj.error.txt" in d.hint
+    assert f"rmsnorm_chain-0123456789ab.failed/{symbol}.error.txt" in d.hint

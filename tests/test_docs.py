@@ -73,3 +73,31 @@ def test_the_training_example_trains_on_the_cpu(tmp_path, monkeypatch):
         n for n, p in scope["params"].items() if not torch.equal(p, scope["init"][n].bfloat16())
     ]
     assert sorted(moved) == sorted(scope["shapes"])
+
+
+def test_the_fuse_grad_accum_example_accumulates_on_the_cpu(tmp_path, monkeypatch):
+    """docs/training.md's gradient-accumulation example after its training step, on the small
+    CPU build: the first micro-batch sets .grad (functional), every later one adds the four
+    weight gradients into it (zero_grad(set_to_none=False) keeps the buffers)."""
+    import torch
+
+    from coda_spec import ops
+    from tests import test_runtime_cpu as rt
+    from tests.test_grad_accum import spy_accumulated
+
+    monkeypatch.setattr(ops, "_OPS", {})
+    spec = ROOT / "specs" / "llama_block.yaml"
+    monkeypatch.setitem(rt.SPECS, "llama_doc", (spec, {"D": 128, "F": 128}))
+    build, _ = rt.make_build(tmp_path, "llama_doc")
+    log = spy_accumulated(monkeypatch)
+    text = (ROOT / "docs" / "training.md").read_text()
+    first, second = re.findall(r"```python\n(.*?)```", text, re.S)[:2]
+    assert "fuse_grad_accum=True" in second
+    scope: dict = {}
+    for code in (first, second):
+        code = code.replace('"build/llama_block-latest"', repr(str(build)))
+        code = code.replace("M, D, F = 2048,", "M, D, F = 8,")
+        exec(compile(code, "docs/training.md", "exec"), scope)  # noqa: S102 - the docs' code
+    weights = sorted(["dw_qkv", "dw_down", "dw_gu", "dw_o"])
+    assert log[3:] == [[]] + [weights] * 7  # after the first example's 3 steps
+    assert all(torch.isfinite(p.grad.float()).all() for p in scope["weights"].values())

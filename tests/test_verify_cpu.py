@@ -72,9 +72,10 @@ def fake_manifest(checked) -> dict:
     lowered = lower_spec(checked, cfg)
     meta = lowered_json(checked, lowered, cfg)
     launches = {k.step: fake_launch(k) for k in aot_kernels(checked, meta)}
+    accumulate = {a["function"]: a["symbol"] for a in meta["accumulate"].values()}
     records = [
         {
-            "symbol": k.symbol,
+            "symbol": symbol,
             "fields": [f.name for f in k.fields] + ["split_k_semaphore", "split_k_workspace"],
             "majors": {"A": "row", "B": "col"},
             "max_swizzle_size": 8,
@@ -82,6 +83,8 @@ def fake_manifest(checked) -> dict:
             "object_bytes": 0,
         }
         for k in lowered.kernels
+        for symbol in (k.symbol, accumulate.get(k.symbol))
+        if symbol is not None
     ]
     return make_manifest(checked, meta, records, None, launches)
 

@@ -144,3 +144,50 @@ def render(spec, kernels) -> str:
     # two blank lines around top-level fns, one after the imports when shared ops follow them
     first = "\n\n" if len(parts) > 1 and "\ndef " not in parts[1] else "\n\n\n"
     return parts[0] + first + "\n\n\n".join(parts[1:]) + "\n"
+
+
+ACCUMULATE_SUFFIX = "__accumulate"  # the exported name of a kernel's accumulating flavour
+ACCUMULATE_DTYPES = ("fp32", "bf16", "fp16")  # what QuACK's reduce-add store of D takes
+
+
+def _step_reads(step, info) -> set:
+    """The chain tensors a step reads: its GEMM operands or host ``over``, and its items'."""
+    reads = set(info.reads)
+    if step.kind == "kernel":
+        reads |= {step.gemm.a.name, step.gemm.b.name}
+    elif step.kind == "host":
+        reads.add(step.over)
+    return reads
+
+
+def accumulating(checked, kernels) -> dict:
+    """``{step: gradient}``: the backward kernels that get an accumulating flavour (the same
+    function compiled with QuACK's ``add_to_output``, D += the epilogue's result), each with
+    the weight gradient its D writes. A kernel qualifies when its D is a backward output that
+    is the gradient of a chain input, has no dynamic dim (a weight's gradient: what training
+    sums over micro-batches into ``.grad``), is written with no ``add_to``, no C operand, in
+    plain mode, in a dtype the reduce-add store takes, and is read by no later step (a later
+    step would read the sum, not this call's gradient). ``kernels``: the lowered kernels."""
+    spec, analysis = checked.spec, checked.analysis
+    if spec.backward is None:
+        return {}
+    of = dict(spec.backward.grads)
+    inputs = {t.name for t in spec.tensors}
+    grads = {o.name for o in spec.backward.outputs if of.get(o.name) in inputs}
+    lowered = {k.step: k for k in kernels}
+    steps = list(zip(spec.backward.steps, analysis.backward_steps, strict=True))
+    out = {}
+    for i, (step, _) in enumerate(steps):
+        k = lowered.get(step.name) if step.kind == "kernel" else None
+        if k is None or k.d is None:
+            continue
+        grad, dtype, shape = k.d
+        plain = k.add_to is None and k.c is None and k.mode == "plain"
+        # the dynamic dim folds to its name (a str), a static one to an int
+        weight = not any(isinstance(d, str) for d in shape)
+        if grad not in grads or not plain or not weight or dtype not in ACCUMULATE_DTYPES:
+            continue
+        if any(grad in _step_reads(s, info) for s, info in steps[i + 1 :]):
+            continue
+        out[step.name] = grad
+    return out

@@ -169,7 +169,7 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
             pingpong=config["pingpong"],
             persistent=True,
             _launch=False,
-            add_to_output=bool(k["add_to"]),
+            add_to_output=bool(k["add_to"]) or bool(k.get("accumulate")),
             **kwargs,
         )
     compile_s = time.perf_counter() - start
@@ -195,8 +195,10 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
 
 def compile_jobs(lowered: dict) -> dict:
     """Exported symbol -> (the kernel to compile, its config): the fallback kernels of
-    ``lowered["kernels"]`` and every variant (same generated function, its own tile config and
-    partial-buffer fields). lowered.json of a one-config build has no ``variants``."""
+    ``lowered["kernels"]``, every variant (same generated function, its own tile config and
+    partial-buffer fields) and every accumulating flavour (the fallback's function and config,
+    compiled with ``add_to_output``: D += result). lowered.json of a one-config build has no
+    ``variants``."""
     by_symbol = {k["symbol"]: k for k in lowered["kernels"]}
     jobs = {s: (k, lowered["config"]) for s, k in by_symbol.items()}
     for variants in lowered.get("variants", {}).values():
@@ -204,6 +206,10 @@ def compile_jobs(lowered: dict) -> dict:
             kernel = dict(by_symbol[v["function"]], fields=v["fields"])
             kernel.update(symbol=v["symbol"], function=v["function"])
             jobs[v["symbol"]] = (kernel, v["config"])
+    for a in lowered.get("accumulate", {}).values():
+        kernel = dict(by_symbol[a["function"]], fields=a["fields"], accumulate=True)
+        kernel.update(symbol=a["symbol"], function=a["function"])
+        jobs[a["symbol"]] = (kernel, a["config"])
     return jobs
 
 

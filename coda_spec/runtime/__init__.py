@@ -21,7 +21,9 @@ What a call does: validates every input (and gradient) before any launch (``chec
 steps in order, each named ``<chain>/<step> (<spec file>:<line>)`` in NVTX and the profiler;
 returns the declared outputs. ``add_to`` outputs are written IN PLACE into the tensor they
 accumulate into (QuACK's add_to_output), which is returned under the output's name.
-:meth:`Chain.backward` runs the backward steps alone on a forward's saved tensors.
+:meth:`Chain.backward` runs the backward steps alone on a forward's saved tensors; with
+``accumulate={gradient: tensor}`` a weight gradient of :attr:`Chain.accumulable` is added into
+that tensor in place by its step's accumulating kernel (a ``.grad``: gradient accumulation).
 
 Refusals. Every refused call raises :class:`CodaRuntimeError` (a missing CUDA device, a GPU that
 is not sm_90, a bad input or gradient, an artifact that cannot be loaded) before the first

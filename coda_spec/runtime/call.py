@@ -18,13 +18,22 @@ _NVTX = torch._C._nvtx if hasattr(torch._C, "_nvtx") else None  # absent from CP
 class Call:
     """``cache``: the call may keep what it computes for later calls (RoPE turns tables); a
     torch op's call may not (CUDA-graph trees require every allocation in their pool to be an
-    output)."""
+    output). ``into``: {gradient: tensor} that the gradient's accumulating kernel adds into in
+    place (``Chain.backward(accumulate=...)``)."""
 
-    __slots__ = ("device", "stream", "sizes", "env", "poison", "nvtx", "cache")
+    __slots__ = ("device", "stream", "sizes", "env", "poison", "nvtx", "cache", "into")
 
-    def __init__(self, device, sizes: dict, env: dict, poison: bool = False, cache: bool = True):
+    def __init__(
+        self,
+        device,
+        sizes: dict,
+        env: dict,
+        poison: bool = False,
+        cache: bool = True,
+        into: dict | None = None,
+    ):
         self.device, self.sizes, self.env, self.poison = device, sizes, env, poison
-        self.cache = cache
+        self.cache, self.into = cache, into or {}
         cuda = device.type == "cuda"
         self.stream = torch._C._cuda_getCurrentRawStream(device.index) if cuda else 0
         self.nvtx = cuda and _NVTX is not None

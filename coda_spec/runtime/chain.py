@@ -154,6 +154,13 @@ class Chain:
         return list(self._plan.required)
 
     @property
+    def accumulable(self) -> list[str]:
+        """The gradients :meth:`backward` can add into an existing tensor in place
+        (``accumulate=``): weight gradients whose kernel the build compiled an accumulating
+        flavour of (``KernelStep.accumulate``)."""
+        return list(self._plan.accumulable)
+
+    @property
     def saved(self) -> list[str]:
         """The forward tensors :meth:`backward` needs (the spec's ``backward.save`` as read)."""
         return list(self._plan.saved)
@@ -234,17 +241,24 @@ class Chain:
         self._steps(steps, Call(device, sizes, env, poison, cache))
         return env
 
-    def backward(self, saved: dict, check: bool = True, **grads) -> dict:
+    def backward(
+        self, saved: dict, check: bool = True, accumulate: dict | None = None, **grads
+    ) -> dict:
         """Gradients, from the tensors a forward :meth:`run` produced: ``saved`` holds (at
         least) :attr:`saved` -- the env :meth:`run` returned will do -- and ``grads`` the
         incoming gradients. Runs the backward steps only. Returns the backward outputs.
-        ``add_to`` gradients accumulate IN PLACE into the incoming gradient they name."""
+        ``add_to`` gradients accumulate IN PLACE into the incoming gradient they name.
+        ``accumulate``: ``{gradient: tensor}`` for gradients of :attr:`accumulable`: each is
+        added IN PLACE into its tensor (a ``.grad``) by its step's accumulating kernel, and
+        returned as that tensor; they are validated before any launch (with ``check=False``,
+        only their names)."""
         tensors = self._saved_of(saved)
         if check:
             device, env, sizes = self._check.saved(tensors, grads)
         else:
             device, env, sizes = self._check.unchecked({**tensors, **grads})
-        self._steps(self.manifest.backward_steps, Call(device, sizes, env))
+        into = self._check.targets(accumulate or {}, device, sizes, full=check)
+        self._steps(self.manifest.backward_steps, Call(device, sizes, env, into=into))
         return {o.name: env[o.name] for o in self.manifest.backward_outputs}
 
     def steps_fn(self, env: dict, sizes: dict, steps):
@@ -279,7 +293,10 @@ class Chain:
 
     # One method per step kind: the seams the CPU tests replace with torch emulations.
     def _kernel(self, step, call: Call) -> None:
-        v = self._variant(step, call.sizes, call.device)
+        if step.d is not None and step.d.tensor in call.into:  # D += result, into call.into's
+            v = step.accumulate
+        else:
+            v = self._variant(step, call.sizes, call.device)
         self._launcher.kernel(self._plan, step, v, call)
 
     def _host(self, step, call: Call) -> None:

@@ -108,6 +108,33 @@ class Checker:
         env, sizes = self.tensors(declared, {**saved, **grads}, device, dtypes)
         return device, env, sizes
 
+    def targets(self, into: dict, device, sizes: dict, full: bool = True) -> dict:
+        """Validate :meth:`Chain.backward`'s ``accumulate`` (gradient -> the tensor its
+        accumulating kernel adds into in place): every gradient has such a kernel, every tensor
+        is one it can write (the gradient's dtype and shape, dense, contiguous, on ``device``,
+        16-byte aligned, outside autograd). ``full=False`` (``check=False``): the names only."""
+        p = self.plan
+        wrong = [n for n in into if n not in p.accumulable]
+        if wrong:
+            raise CodaRuntimeError(
+                f"{p.name}: no accumulating kernel writes {wrong}; the gradients that can "
+                f"accumulate in place are {sorted(p.accumulable)} (weight gradients a backward "
+                "GEMM stores; docs/training.md)"
+            )
+        if not full:
+            return dict(into)
+        for name, x in into.items():
+            self.one(name, p.manifest.tensors[name], "accumulation target", x, dict(sizes), device)
+            where = f"{p.name}: accumulation target '{name}'"
+            if x.data_ptr() & 15:
+                raise CodaRuntimeError(f"{where} is not 16-byte aligned (TMA needs it)")
+            if x.requires_grad:
+                raise CodaRuntimeError(
+                    f"{where} requires grad; pass a tensor outside autograd (a .grad, or "
+                    ".detach() of one)"
+                )
+        return dict(into)
+
     def grad_names(self, grads: dict) -> None:
         """The incoming gradients are exactly the backward section's ``grads_in``."""
         p = self.plan

@@ -200,6 +200,8 @@ class Launcher:
         if step.d is not None:
             if step.add_to:
                 d = env[step.add_to]
+            elif step.d.tensor in call.into:  # v is the accumulating kernel: D += result
+                d = call.into[step.d.tensor]
             else:
                 d = alloc(call, plan.shape(step.d.tensor, sizes), TORCH_DTYPES[step.d.dtype])
         c = env[step.c.tensor] if step.c is not None else None
@@ -240,13 +242,16 @@ class Launcher:
     def no_launch(self, plan: Plan, step: KernelStep, v, call: Call) -> None:
         """A kernel step that launches nothing at these sizes: its GEMM's M or N is empty
         (outputs and partial buffers allocated, nothing to compute), or only K is empty and the
-        epilogue stores ``acc`` alone (zeros). An ``add_to`` output is the tensor it
-        accumulates into, unchanged (adding nothing, or zeros)."""
+        epilogue stores ``acc`` alone (zeros). An ``add_to`` output, or a gradient accumulated
+        into a given tensor (``call.into``), is the tensor it accumulates into, unchanged (adding
+        nothing, or zeros)."""
         env, sizes = call.env, call.sizes
         m, n, _ = plan.gemm_extents(step, sizes)
         if step.d is not None:
             if step.add_to:
                 env[step.d.tensor] = env[step.add_to]
+            elif step.d.tensor in call.into:
+                env[step.d.tensor] = call.into[step.d.tensor]
             else:
                 shape = plan.shape(step.d.tensor, sizes)
                 env[step.d.tensor] = torch.zeros(

@@ -144,6 +144,11 @@ class Plan:
             s.name: f"{self.name}/{s.name} ({m.spec_file}:{s.line})" for s in m.all_steps
         }
         self.saved = saved_names(m)
+        self.accumulable = {  # weight gradient -> the backward step whose kernel can add it
+            s.d.tensor: s.name
+            for s in m.backward_steps
+            if s.kind == "kernel" and s.accumulate is not None
+        }
         self.table = table
         self.tuned = tuned_rows(table, build, self.names, self.static)
         self._shapes = {n: shape_fn(t.shape) for n, t in m.tensors.items()}

@@ -110,3 +110,98 @@ def test_reduce_overhead_replays_the_training_step():
         compiled(**a).backward()
         for _, of in op.grad_outputs:
             assert torch.equal(a[of].grad, b[of].grad), of
+
+
+# -- fuse_grad_accum: the accumulating kernels (D += result, a TMA reduce-add store) ----------
+
+WEIGHTS = ["w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv"]
+WGRADS = ["wgrad_qkv", "wgrad_down", "wgrad_gu", "wgrad_out_proj"]  # llama_block's
+ACC = "__accumulate"  # an accumulating kernel's symbol: its plain kernel's and this
+
+
+def _within_one_ulp(got, want, what: str) -> None:
+    """bf16 .grad summed by the kernel's reduce-add store against torch's add: both add the
+    same bf16-rounded gradient to the same bf16 tensor and round once, but the reduce-add's
+    rounding is the hardware's and torch rounds an fp32 sum, so allow one bf16 ulp (2^-7 of
+    the magnitude); the message says how many elements are bitwise equal."""
+    import torch
+
+    same = int((got == want).sum())
+    torch.testing.assert_close(
+        got.float(),
+        want.float(),
+        rtol=2**-7,
+        atol=1e-30,
+        msg=lambda m: f"{what}: {m} ({same} of {want.numel()} elements bitwise equal)",
+    )
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The symbol of every GEMM the runtime launches, in order."""
+    from coda_spec.runtime import launch
+
+    symbols = []
+    real = launch.Launcher.kernel
+
+    def spy(self, plan, step, v, call):
+        symbols.append(v.symbol)
+        return real(self, plan, step, v, call)
+
+    monkeypatch.setattr(launch.Launcher, "kernel", spy)
+    return symbols
+
+
+def test_chain_backward_accumulates_into_the_given_tensor():
+    """``Chain.backward(accumulate=...)``: each weight gradient is added into the tensor passed,
+    in place, by its accumulating kernel: the result is that tensor's old value plus the plain
+    backward's gradient."""
+    import torch
+
+    op, inputs, grads = _op("llama_block")
+    env = op.chain.run({k: v.clone() for k, v in inputs.items()})
+    want = op.chain.backward(env, **{k: v.clone() for k, v in grads.items()})
+    start = {g: torch.randn_like(want[g], dtype=torch.float32).bfloat16() for g in op.accumulable}
+    into = {g: t.clone() for g, t in start.items()}
+    got = op.chain.backward(env, accumulate=into, **{k: v.clone() for k, v in grads.items()})
+    torch.cuda.synchronize()
+    for g in op.accumulable:
+        assert got[g] is into[g]
+        _within_one_ulp(into[g], start[g] + want[g], g)
+
+
+def test_fuse_grad_accum_sums_two_micro_batches_into_grad(launched):
+    """Two micro-batches through ``coda_spec.op(..., fuse_grad_accum=True)`` give the .grad that
+    autograd's own accumulation gives (within one bf16 ulp: ``_within_one_ulp``); the second
+    backward ran the accumulating kernels (and not the plain wgrads) into the same .grad
+    tensors; gradients with no accumulating kernel (dgamma) are bitwise autograd's."""
+    import torch
+
+    import coda_spec
+
+    op, inputs, _ = _op("llama_block")
+    fused_op = coda_spec.op(op.chain, fuse_grad_accum=True)
+    batches = [_op("llama_block", seed=s)[1:] for s in (1, 2)]
+    fused = {n: inputs[n].clone().requires_grad_(True) for n in WEIGHTS}
+    plain = {n: inputs[n].clone().requires_grad_(True) for n in WEIGHTS}
+    first = {}
+    for handle, params in ((fused_op, fused), (op, plain)):
+        for i, (acts, grads) in enumerate(batches):
+            scale = {of: grads[g].float() for g, of in op.grads}
+            x = {k: v.clone() for k, v in acts.items() if k not in WEIGHTS}
+            launched.clear()
+            _step(handle, scale)(**x, **params).backward()
+            if handle is fused_op and i == 0:
+                first = {n: p.grad for n, p in params.items()}
+            if handle is fused_op:  # no .grad yet: the plain wgrads; then the accumulating
+                wgrads = {f"coda_{s}" for s in WGRADS}
+                ran = {s[: -len(ACC)] for s in launched if s.endswith(ACC)}
+                assert ran == (wgrads if i else set()), launched
+                assert not (wgrads & set(launched)) if i else wgrads <= set(launched), launched
+    torch.cuda.synchronize()
+    for n in WEIGHTS:
+        assert fused[n].grad is first[n], n  # accumulated in place, never replaced
+        if n.startswith("gamma"):
+            assert torch.equal(fused[n].grad, plain[n].grad), n
+        else:
+            _within_one_ulp(fused[n].grad, plain[n].grad, n)
