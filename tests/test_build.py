@@ -24,7 +24,7 @@ from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.module import accumulating, kernel_steps, lower_spec
-from tests.conftest import LOWERED, ROOT, SPECS, needs_build
+from tests.conftest import LOWERED, ROOT, needs_build
 from tests.cubin import arch_of, cubins, nvdisasm_path, opcodes
 
 # the compile tier: sm_90a through cutlass/quack, run from the repo root
