@@ -346,7 +346,7 @@ class ChainOp:
             got = x.grad
             if (
                 got is not None
-                and got.dtype == self._dtype(g, False)
+                and got.dtype == self._dtype(g, None)
                 and got.shape == x.shape
                 and got.device == x.device
                 and got.layout == torch.strided
