@@ -198,6 +198,24 @@ def test_lmhead_ce_bwd_is_proven_by_check_math():
     assert "2/2 forward outputs equal equivalent_to" in res.output
 
 
+def test_check_and_build_stop_after_lower_both_accept_it(tmp_path, at_root):
+    from tests.conftest import invoke
+
+    assert coda_check(SPEC.relative_to(ROOT)).exit_code == EXIT_OK
+    res = invoke("build", "--stop-after", "lower", "-o", tmp_path, SPEC.relative_to(ROOT))
+    assert res.exit_code == EXIT_OK, res.output
+    [kernel_py] = tmp_path.glob("lmhead_ce_bwd-*/kernel.py")
+    assert kernel_py.read_text() == GOLDEN.read_text()
+
+
+def test_a_gemm_wider_than_fp32_column_indices_is_a_located_error():
+    text = spec_text(PLAIN).replace("V: 256}", "V: 16777224}")
+    with pytest.raises(SpecError) as e:
+        checked_text(text, "oh.yaml")
+    [d] = e.value.diagnostics
+    assert d.line == 13 and d.message.startswith("onehot: GEMM N is 16777224; column indices")
+
+
 def test_the_proofs_inputs_reach_hits_and_ignored_rows():
     pytest.importorskip("torch")
     from coda_spec.inputs import make_inputs

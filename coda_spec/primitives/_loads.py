@@ -55,13 +55,15 @@ def host_hit(column: str, idx: str, info) -> str:
     return f"{column} == {idx}"
 
 
-def need_exact_width(tc, what: str, key: str):
-    """In a GEMM epilogue, column indices are fp32: exact for N up to 2^24."""
-    if tc.has_acc and isinstance(tc.width, int) and tc.width > FP32_EXACT:
+def need_exact_width(tc, what: str, key: str, kernels_only: bool = True):
+    """Column indices as fp32 values (every one in a GEMM epilogue; ``col_index``'s in a host
+    step too) are exact for widths up to 2^24."""
+    if (tc.has_acc or not kernels_only) and isinstance(tc.width, int) and tc.width > FP32_EXACT:
+        where = "GEMM N" if tc.has_acc else "the step's width"
         raise ItemError(
-            f"{what}: GEMM N is {tc.width}; epilogue column indices are fp32, exact up to 2^24",
+            f"{what}: {where} is {tc.width}; column indices are fp32 values, exact up to 2^24",
             key,
-            "split the GEMM over N into kernels of at most 16777216 columns",
+            "split the step over its columns into steps of at most 16777216 columns",
         )
 
 

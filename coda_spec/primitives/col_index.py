@@ -31,7 +31,7 @@ def _infer(tc, op, ins, tensors):
             "col_index",
             "index the columns of acc (or of a tile as wide as the step)",
         )
-    need_exact_width(tc, "col_index", "col_index")
+    need_exact_width(tc, "col_index", "col_index", kernels_only=False)
     return (VType("row", tc.width),)
 
 
