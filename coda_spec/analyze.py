@@ -22,6 +22,8 @@ Each module below imports only the ones under it (never one beside or above it):
     analyze_order     chain level: producers, use before produce, link cycles, backward scope,
                       the outputs
     analyze_steps     per-step typing (StepWalker): each item through its primitive's ``infer``
+    analyze_lowering  what a GEMM epilogue cannot hold whatever the config (the lowering's own
+                      refusals: a pairing mode, a statistic's input), so check agrees with build
     analyze_programs  derive / equivalent_to: expression errors located in the YAML
     analyze_types     the facts (TensorInfo, StepInfo) and the context ``infer`` sees (TypeCtx)
 

@@ -101,7 +101,8 @@ SHAPES = (
     (_STEPS, "*", "launch", "outputs", "*", "shape"),
 )
 # Field roles: what a kernel reads from the chain, what it writes, and which of those are fp32
-# partial buffers (a ``group_stat`` is neither: its group width is baked into the kernel).
+# partial buffers (a ``group_stat`` is neither: its group width is baked into the kernel; nor is
+# ``columns``, a table the runtime makes).
 READ_ROLES = frozenset({"tile", "index", "row", "col", "scalar"})
 WRITE_ROLES = frozenset({"aux", "select", "colred", "rowred", "group_out"})
 PARTIAL_ROLES = frozenset({"colred", "rowred", "group_out"})
@@ -125,10 +126,11 @@ class Field:
     it."""
 
     name: str  # the QuACK op name (= the EpilogueArguments field)
-    tensor: str  # chain tensor
+    tensor: str  # chain tensor ("" for a columns table)
     # tile | row | col | scalar | index | aux | colred | rowred | lse | select
     # | group_stat (a GroupStat op: the int group width, shape (group,), baked in at compile
     #   time; None at run time) | group_out (its finalized per-(row, group) values, complete)
+    # | columns (fp32 0 .. N - 1, shape (1, N): the runtime's table of global column indices)
     role: str
     shape: tuple  # buffer shape passed to the kernel (expressions over the dims)
     dtype: str

@@ -54,6 +54,7 @@ FUNCTIONS = {
     "gather": "gather(x, dim, index)",
     "clamp": "clamp(x, min=, max=)",
     "one_hot": "one_hot(index, num_classes)",
+    "arange": "arange(n): 0, 1, ..., n - 1 (e.g. column indices, arange(V))",
     "cross_entropy": "cross_entropy(logits, target, ignore_index=-100, reduction='none')",
     "apply_rotary_emb": "Llama's interleaved RoPE: x pairs as complex numbers times "
     "exp(i * theta), theta of shape [rows, W/2]",

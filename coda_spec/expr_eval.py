@@ -66,6 +66,7 @@ FUNCS = {
     "gather": lambda x, d, i: torch.gather(x, d, i.long()),
     "clamp": torch.clamp,
     "one_hot": lambda i, n: F.one_hot(i.long(), n).double(),
+    "arange": None,  # arange(n): evaluated by _ev, on the inputs' device
     "cross_entropy": _cross_entropy,
     "apply_rotary_emb": _rotary,
     "vjp": _vjp,
@@ -89,6 +90,11 @@ _CMP = {
 }
 
 
+def _device(env: dict):
+    """The device of the program's tensors (the CPU when it has none)."""
+    return next((v.device for v in env.values() if isinstance(v, torch.Tensor)), None)
+
+
 def _ev(node, env):
     if isinstance(node, ast.Constant):
         return node.value
@@ -106,6 +112,8 @@ def _ev(node, env):
         kwargs = {k.arg: _ev(k.value, env) for k in node.keywords}
         if isinstance(node.func, ast.Attribute):
             return getattr(_ev(node.func.value, env), node.func.attr)(*args, **kwargs)
+        if node.func.id == "arange":  # no tensor operand: made where the program's inputs are
+            return torch.arange(int(args[0]), dtype=torch.float64, device=_device(env))
         if args and isinstance(args[0], (int, float)) and not isinstance(args[0], bool):
             args[0] = torch.tensor(float(args[0]), dtype=torch.float64)  # sqrt(128.0)
         return FUNCS[node.func.id](*args, **kwargs)

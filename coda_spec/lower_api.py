@@ -18,7 +18,8 @@ A primitive reads values (:meth:`LowerCtx.v`), emits statements (:meth:`LowerCtx
 :meth:`LowerCtx.line`) and DECLARES what its text needs through methods, never by touching the
 context's state: the names generated code calls (:meth:`LowerCtx.use`, :meth:`LowerCtx.op`,
 :meth:`LowerCtx.call`; kernel.py imports exactly the declared names, from
-:data:`KERNEL_IMPORTS`), fn operands (:meth:`LowerCtx.param`), the D / C bindings
+:data:`KERNEL_IMPORTS`), fn operands (:meth:`LowerCtx.param`; the column table,
+:meth:`LowerCtx.columns`), the D / C bindings
 (:meth:`LowerCtx.store_d`, :meth:`LowerCtx.bind_c`), aux stores (:meth:`LowerCtx.aux_output`),
 sinks (:meth:`LowerCtx.reduce`, :meth:`LowerCtx.out_op`, :meth:`LowerCtx.extra_op`), pending
 gathers (:meth:`LowerCtx.select`) and module-level lines (:meth:`LowerCtx.global_line`). The walk
@@ -37,6 +38,9 @@ Contract with QuACK 0.6.5 (``quack/epilogue/frontend.py`` is the authority)
 * Every operand's op is pinned with ``ops=``: ``TileLoad`` (M x N), ``RowVecLoad`` ((1, N)),
   ``ColVecLoad`` ((1, M)), ``Scalar`` (device pointer). Ranks are fixed at compile time, so the
   manifest records the exact buffer shape the runtime must pass (a view of the user's tensor).
+* The fn receives values, never coordinates. A column index (``onehot``, ``col_index``) is a
+  ``RowVecLoad`` of a column table, fp32 ``0 .. N - 1``, that the runtime fills (``Field`` role
+  ``columns``, no chain tensor); ``RowVecLoad`` reads each CTA tile's slice of it.
 * Sinks: ``TileStore`` aux outputs (``gated=True`` for half-width outputs in acc_pair),
   ``ColVecReduce``/``RowVecReduce`` per-tile partials ((M, n_tiles) / (m_tiles, N), fp32;
   ``scaled=True`` folds a product with one FMA), ``OnlineLSEReduce`` (per-tile LSE),
@@ -94,7 +98,13 @@ KERNEL_IMPORTS = MappingProxyType(
             "TileLoad",
             "TileStore",
         ),
-        "coda_spec.lower.kernel_lib": ("lane_div", "lanewise", "round_bf16", "round_fp16"),
+        "coda_spec.lower.kernel_lib": (
+            "lane_div",
+            "lanewise",
+            "round_bf16",
+            "round_fp16",
+            "select",
+        ),
         "coda_spec.lower.quack_ops": ("GroupStat",),
         "coda_spec.lower.quack_private": ("angle_turns", "sincos_turns"),
     }
@@ -102,9 +112,52 @@ KERNEL_IMPORTS = MappingProxyType(
 MODULE_IMPORTS = MappingProxyType({"cute": "import cutlass.cute as cute"})
 SOURCE_OF = MappingProxyType({n: m for m, names in KERNEL_IMPORTS.items() for n in names})
 
+# Why a per-(row, group) statistic has no packed kernel, and the fix: QuACK 0.6.5's words.
+NO_PACKED_PREPASS = (
+    "per-(row, group) statistics run in QuACK's accumulator prepass, which QuACK 0.6.5 does not "
+    "support with a packed C operand ('prepass + packed C: not supported')",
+    "compute the statistic in a separate kernel or a host step",
+)
+
+# The fn operand (and EpilogueArguments field) of a kernel's column table: fp32 0, 1, ..., N - 1
+# over GEMM-N, which the runtime fills (``Field`` role ``columns``; :meth:`LowerCtx.columns`).
+COLUMNS = "columns"
+
 # Names a spec value or tensor may not take in generated code (they get a trailing "_"): the fn's
 # own parameters and return key, and every name kernel.py may import.
-RESERVED = frozenset({"acc", "c", "D", "cutlass", "Pair", *SOURCE_OF, *MODULE_IMPORTS})
+RESERVED = frozenset({"acc", "c", "D", "cutlass", "Pair", COLUMNS, *SOURCE_OF, *MODULE_IMPORTS})
+
+
+def prepass_slice(raw, producers: dict, prims, out: dict, done=()) -> None:
+    """Add to ``out`` (item index -> item) the epilogue items that the value ``raw`` depends on,
+    back to ``acc`` and the loads, skipping values in ``done``; ``producers``: value name ->
+    (item index, item). Raises ItemError at the first item a prepass fn cannot re-compute:
+    another statistic, or a primitive that is neither elementwise nor declared ``prepass``.
+    The walk (:meth:`LowerCtx.prepass_value`) and ``analyze`` (``coda check``) both ask it."""
+    if not isinstance(raw, str) or raw == "acc" or raw in done or raw not in producers:
+        return
+    idx, op = producers[raw]
+    if idx in out:
+        return
+    p = prims[op.prim]
+    if op.prim == "prepass":
+        raise ItemError(
+            f"'{raw}' is itself a prepass statistic (line {op.loc.line}); QuACK runs one "
+            "prepass over the raw accumulator, so a statistic cannot read another",
+            hint="compute the second statistic in a later kernel or a host step",
+        )
+    if not p.in_prepass:
+        raise ItemError(
+            f"a statistic's input is re-computed from the raw accumulator in the prepass, "
+            f"and '{raw}' comes from '{op.prim}' (line {op.loc.line}), which cannot run "
+            "there (only loads and elementwise items can)",
+            hint="compute the statistic from acc, loads and elementwise items only",
+        )
+    out[idx] = op
+    for key in p.operands:
+        arg = op.get(key)
+        for x in arg if isinstance(arg, list) else [arg]:
+            prepass_slice(x, producers, prims, out, done)
 
 
 @dataclass(frozen=True)
@@ -344,6 +397,17 @@ class LowerCtx:
         self._params[name] = op_expr
         self._fields.append(f)
 
+    def columns(self):
+        """The global column index of each accumulator element as a value (fp32, exact up to
+        2^24): a ``RowVecLoad`` of the kernel's column table, ``0, 1, ..., N - 1`` over GEMM-N,
+        which the runtime fills and keeps per (N, device) (QuACK's fn receives values, not
+        coordinates). Declared once per kernel; a ``Pair`` of adjacent columns in ``acc_pair``
+        mode, as any full-width row value."""
+        if COLUMNS not in self._params:
+            self._params[COLUMNS] = self.op("RowVecLoad", COLUMNS)
+            self._fields.append(Field(COLUMNS, "", "columns", (1, self._width), "fp32"))
+        return Val(COLUMNS, self.form_of_width(self._width))
+
     def add_field(self, f: Field):
         """An EpilogueArguments entry that is no fn operand (a statistic's ``.out`` buffer)."""
         self._fields.append(f)
@@ -402,6 +466,31 @@ class LowerCtx:
         """A module-level line of kernel.py above this kernel (shared op objects)."""
         if text not in self._globals:
             self._globals.append(text)
+
+    def index_load(self, tensor: str) -> str:
+        """The module-level ``ColVecLoad`` of the index tensor ``tensor`` that per-row gathers
+        read (an extra op and an ``index`` field, once per kernel); returns its global's name.
+        Its field is named after the tensor, unless another item of this kernel reads the
+        tensor too (``load_col``, ``onehot``, ``valid``: an fn operand of that name), then
+        ``<tensor>_index`` (or a free variant): QuACK's op names are the EpilogueArguments
+        fields, one each."""
+        for f in self._fields:
+            if f.role == "index" and f.tensor == tensor:
+                return f"_idx_{f.name}"
+        name = self.ident(tensor)
+        readers = {
+            op.prim
+            for op in self._step.epilogue
+            for key in self._prims[op.prim].tensors
+            if op.get(key) == tensor
+        }
+        if readers - {"gather_col"}:
+            name = self.fresh(f"{name}_index")
+        glob = f"_idx_{name}"
+        self.global_line(f"{glob} = {self.op('ColVecLoad', name)}")
+        self.extra_op(glob)
+        self._fields.append(Field(name, tensor, "index", (self._rows,), self.info(tensor).dtype))
+        return glob
 
     def select(self, value: str, expr: str, index: str):
         """A per-row gather of ``expr`` at column ``index[m]``, placed by the store that writes
@@ -483,30 +572,7 @@ class LowerCtx:
 
     def _slice(self, raw, out: dict):
         pre_env = self._pre._env if self._pre is not None else {}
-        if not isinstance(raw, str) or raw == "acc" or raw in pre_env:
-            return
-        idx, op = self._producers[raw]
-        if idx in out:
-            return
-        p = self._prims[op.prim]
-        if op.prim == "prepass":
-            raise ItemError(
-                f"'{raw}' is itself a prepass statistic (line {op.loc.line}); QuACK runs one "
-                "prepass over the raw accumulator, so a statistic cannot read another",
-                hint="compute the second statistic in a later kernel or a host step",
-            )
-        if p.family != "elementwise" and not p.prepass:
-            raise ItemError(
-                f"a statistic's input is re-computed from the raw accumulator in the prepass, "
-                f"and '{raw}' comes from '{op.prim}' (line {op.loc.line}), which cannot run "
-                "there (only loads and elementwise items can)",
-                hint="compute the statistic from acc, loads and elementwise items only",
-            )
-        out[idx] = op
-        for key in p.operands:
-            arg = op.get(key)
-            for x in arg if isinstance(arg, list) else [arg]:
-                self._slice(x, out)
+        prepass_slice(raw, self._producers, self._prims, out, pre_env)
 
     # -- the result, for the walk ------------------------------------------------------------
     def declared(self) -> Declared:

@@ -46,7 +46,6 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
 import pytest
 from click.testing import CliRunner
@@ -66,15 +65,6 @@ from coda_spec.source import decode_bytes, load_source, parse_text
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 SPEC_IDS = [p.stem for p in SPECS]
-# Bundled specs that `coda check --math` proves but the lowering refuses today, each with the
-# start of the refusal. The tests that lower every bundled spec (golden kernels, manifests and
-# the fake builds made from them, the build tier, the GPU runs) take LOWERED instead of SPECS;
-# tests/test_lowering.py asserts each refusal is still the one named, so that when the lowering
-# lands the entry goes (and the spec gets its goldens).
-NOT_LOWERED = MappingProxyType(
-    {"llama3_last": "cannot lower 'onehot'"}  # the CE backward's onehot in a GEMM epilogue
-)
-LOWERED = [p for p in SPECS if p.stem not in NOT_LOWERED]
 
 needs_build = pytest.mark.needs("quack", "cutlass")
 needs_triton = pytest.mark.needs("triton")

@@ -1,6 +1,6 @@
 """``coda build`` on the bundled catalogue, GPU-blind (CI): every spec compiles for sm_90a.
 
-A session fixture builds every bundled spec that lowers (``conftest.LOWERED``) once (2 compile
+A session fixture builds every bundled spec once (2 compile
 workers, ~750 MB each). Then, per spec: the manifest's epilogue arguments are exactly the spec's
 operands, outputs and reductions; each kernel's cubin (cut out of its object) is sm_90a with
 HGMMA, TMA loads, a TMA store or reduce per tile output, and no local memory. Cache hits and
@@ -24,15 +24,15 @@ from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.module import accumulating, kernel_steps, lower_spec
-from tests.conftest import LOWERED, ROOT, needs_build
+from tests.conftest import ROOT, SPECS, needs_build
 from tests.cubin import arch_of, cubins, nvdisasm_path, opcodes
 
 # the compile tier: sm_90a through cutlass/quack, run from the repo root
 pytestmark = [pytest.mark.slow, needs_build, pytest.mark.usefixtures("at_root")]
-IDS = [p.stem for p in LOWERED]
+IDS = [p.stem for p in SPECS]
 GEMM_SPECS = [
     p
-    for p in LOWERED
+    for p in SPECS
     if any(s.kind == "kernel" for s in check_file(p).spec.steps)
     or check_file(p).spec.backward is not None
 ]
@@ -42,7 +42,7 @@ GEMM_SPECS = [
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("build")
     results = {}
-    for path in LOWERED:
+    for path in SPECS:
         try:
             results[path.stem] = build_spec(path.relative_to(ROOT), BuildOptions(out=out))
         except SpecError as e:
@@ -57,7 +57,7 @@ def _result(built, stem):
     return res
 
 
-@pytest.mark.parametrize("path", LOWERED, ids=IDS)
+@pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_spec_builds(built, path):
     res = _result(built, path.stem)
     manifest = json.loads((res.directory / "manifest.json").read_text())
@@ -86,7 +86,7 @@ def _epilogue_names(step) -> set:
     return names
 
 
-@pytest.mark.parametrize("path", LOWERED, ids=IDS)
+@pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_manifest_epilogue_arguments_are_the_specs(built, path):
     res = _result(built, path.stem)
     manifest = json.loads((res.directory / "manifest.json").read_text())
@@ -195,7 +195,7 @@ def test_two_concurrent_builds_of_one_spec_are_safe(tmp_path):
     assert (tmp_path / "f8_scale-latest" / "manifest.json").is_file()
 
 
-BACKWARD_SPECS = [p for p in LOWERED if check_file(p).spec.backward is not None]
+BACKWARD_SPECS = [p for p in SPECS if check_file(p).spec.backward is not None]
 
 
 @pytest.mark.parametrize("path", BACKWARD_SPECS, ids=[p.stem for p in BACKWARD_SPECS])

@@ -34,7 +34,7 @@ from coda_spec.lower.finalize_kernel import FOLD_OPS, finalize_kernel
 from coda_spec.lower.module import lower_spec
 from coda_spec.manifest import finalize_data
 from coda_spec.source import parse_text
-from tests.conftest import LOWERED, ROOT, needs_triton
+from tests.conftest import ROOT, SPECS, needs_triton
 
 SPEC_FILE = "specs/synthetic.yaml"
 DIMS = {"M": None, "D": 4096}  # a manifest's dims: M dynamic, D static
@@ -150,7 +150,7 @@ def _spec_finalizes():
     result shape) of every finalize of the bundled and test specs, with the arguments
     ``coda_spec.build.aot_kernels`` passes: the field from the lowering (the fallback variant),
     or for a host step's partial ``exact`` and the partial's manifest shape."""
-    paths = list(LOWERED) + sorted((ROOT / "tests" / "specs_extra").glob("*.yaml"))
+    paths = list(SPECS) + sorted((ROOT / "tests" / "specs_extra").glob("*.yaml"))
     out = []
     for path in paths:
         checked = check_source(parse_text(str(path.relative_to(ROOT)), path.read_text()))

@@ -66,6 +66,12 @@ CASES = {
         "rows": 5,
         "block": 16,  # 24 slots; tiles of 1, 2 and 4 lanes
     },
+    "host_col_index": {
+        "spec": f"{EXTRA}/host_col_index.yaml",
+        "step": "cols",
+        "rows": 5,
+        "block": 8,  # 20 slots of 2 lanes: the column index is (2 slot, 2 slot + 1)
+    },
     "host_gather": {
         "spec": f"{EXTRA}/host_gather.yaml",
         "step": "pick",

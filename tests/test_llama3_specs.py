@@ -10,19 +10,11 @@ kernels are the reference interpreter, in fp64 when every floating input is fp64
   attention) give the loss, the embedding gradient and every weight gradient of a plain-torch
   fp64 Llama written from the same math (Meta's interleaved RoPE, SwiGLU on interleaved gate/up
   rows, mean cross-entropy over the valid tokens).
-
-llama3_last's backward has ``onehot`` in a GEMM epilogue, which does not lower yet
-(``conftest.NOT_LOWERED``); a fake build still needs a manifest, so until the lowering lands
-:func:`_onehot_stand_in` gives the manifest writer a lowering that declares the index operand
-and computes nothing (the CPU op never runs kernel text). It is used only while the registry's
-``onehot`` has no ``lower``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from types import MappingProxyType
 
 import pytest
 import torch
@@ -30,8 +22,6 @@ import torch.nn.functional as F
 
 import coda_spec
 from coda_spec import ops
-from coda_spec.lower import module as lower_module
-from coda_spec.primitives import registry
 from tests import test_runtime_cpu as rt
 from tests.test_ops import _trainable
 
@@ -44,21 +34,10 @@ DIFFERENTIABLE = {  # spec -> the outputs a loss reads (the others are statistic
 }
 
 
-def _onehot_stand_in(lc, op):
-    """Declares the index tensor as a column operand (as load_col does); the text is never run."""
-    t = op.get("onehot")
-    name = lc.param(t, "col", lc.op("ColVecLoad", lc.ident(t)), (1, lc.rows), "fp32", "to_fp32")
-    lc.let(op.results[0], f"{name} * 0.0", "s")
-
-
 @pytest.fixture
 def build(tmp_path, monkeypatch):
     """``build(name)``: (ChainOp, checked spec) of a fresh fake build at the tiny shape."""
     monkeypatch.setattr(ops, "_OPS", {})
-    prims = registry()
-    if prims["onehot"].lower is None:
-        patched = {**prims, "onehot": dataclasses.replace(prims["onehot"], lower=_onehot_stand_in)}
-        monkeypatch.setattr(lower_module, "registry", lambda: MappingProxyType(patched))
 
     def make(name: str):
         d, checked = rt.make_build(tmp_path, name)

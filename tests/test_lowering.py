@@ -3,8 +3,7 @@
 Lowering is pure text (no quack import), so these run without compiling, and the goldens do not
 depend on installed tool versions. Regenerate with
 ``CODA_UPDATE_GOLDEN=1 python -m pytest tests/test_lowering.py`` and review the diff. A spec with
-host steps only has no kernel.py (and no golden .py). A spec in ``conftest.NOT_LOWERED`` has no
-goldens yet: its refusal is asserted instead, so the entry goes when the lowering lands.
+host steps only has no kernel.py (and no golden .py).
 """
 
 from __future__ import annotations
@@ -12,18 +11,22 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from types import MappingProxyType
 
 import pytest
 
 from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file, check_source
-from coda_spec.lower.module import lower_spec
+from coda_spec.lower.emit import lower_kernel
+from coda_spec.lower.module import kernel_steps, lower_spec
+from coda_spec.primitives import registry
 from coda_spec.source import parse_text
-from tests.conftest import LOWERED, NOT_LOWERED, ROOT, assert_golden
+from tests.conftest import ROOT, SPECS, assert_golden
+from tests.test_onehot import spec_text
 
-IDS = [p.stem for p in LOWERED]
+IDS = [p.stem for p in SPECS]
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +34,7 @@ def _chdir_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-@pytest.mark.parametrize("path", LOWERED, ids=IDS)
+@pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_generated_kernel_module_matches_golden(path):
     checked = check_file(path.relative_to(ROOT))
     lowered = lower_spec(checked, BuildConfig())
@@ -46,7 +49,7 @@ def test_generated_kernel_module_matches_golden(path):
     assert_golden(ROOT / "tests" / "golden" / "kernels" / f"{path.stem}.fields.json", calls)
 
 
-@pytest.mark.parametrize("path", LOWERED, ids=IDS)
+@pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_every_statement_names_its_spec_line(path):
     checked = check_file(path.relative_to(ROOT))
     source = lower_spec(checked, BuildConfig()).source
@@ -77,21 +80,8 @@ def test_banner_names_spec_and_hash_but_no_tool_versions():
         assert dist not in source
 
 
-@pytest.mark.parametrize("stem", sorted(NOT_LOWERED))
-def test_a_spec_not_lowered_yet_is_refused_as_conftest_says(stem):
-    """Each NOT_LOWERED entry is still true: lowering refuses the spec, located, with the named
-    message, and it has no golden kernel. When this fails, the lowering has landed: drop the
-    entry and write the goldens (CODA_UPDATE_GOLDEN=1)."""
-    checked = check_file(f"specs/{stem}.yaml")
-    with pytest.raises(SpecError) as e:
-        lower_spec(checked, BuildConfig())
-    (d,) = e.value.diagnostics
-    assert d.message.startswith(NOT_LOWERED[stem]) and d.line > 0, d.message
-    assert not (ROOT / "tests" / "golden" / "kernels" / f"{stem}.fields.json").exists()
-
-
 def _kernel_sources():
-    for path in LOWERED:
+    for path in SPECS:
         lowered = lower_spec(check_file(path.relative_to(ROOT)), BuildConfig())
         if lowered.kernels:
             yield path.stem, lowered.source
@@ -184,12 +174,87 @@ steps:
       - {store: y}
 outputs: {y: bf16}
 """
+HOST_ONLY = (
+    "cannot lower 'onehot': 'onehot' has no GEMM-epilogue lowering yet (it runs in host steps)"
+)
 
 
-def test_primitive_without_lowering_is_refused_at_its_line():
+def _host_only(prims) -> MappingProxyType:
+    """The registry with onehot as it was before it lowered: host steps only."""
+    return MappingProxyType({**prims, "onehot": replace(prims["onehot"], lower=None)})
+
+
+def test_a_host_only_primitive_in_a_kernel_is_refused_by_check_at_its_line(monkeypatch):
+    from coda_spec import analyze
+
+    monkeypatch.setattr(analyze, "registry", lambda: _host_only(registry()))
+    with pytest.raises(SpecError) as e:
+        check_source(parse_text("x.yaml", UNSUPPORTED))
+    (d,) = e.value.diagnostics
+    assert (d.line, d.col, d.message, d.hint) == (12, 9, HOST_ONLY, "compute it in a host step")
+
+
+def test_the_lowering_walk_refuses_it_too_with_the_same_words():
+    """The walk's guard (for a spec analyzed by another registry) says what check says."""
     checked = check_source(parse_text("x.yaml", UNSUPPORTED))
+    [(step, info)] = kernel_steps(checked.analysis)
+    src = checked.source.lines
+    prims = _host_only(registry())
+    with pytest.raises(SpecError) as e:
+        lower_kernel(checked.analysis, step, info, src, "x.yaml", BuildConfig(), prims)
+    (d,) = e.value.diagnostics
+    assert (d.line, d.col, d.message, d.hint) == (12, 9, HOST_ONLY, "compute it in a host step")
+
+
+# -- coda check never calls valid what coda build refuses at its lower stage -------------------
+
+EXTRA_SPECS = sorted((ROOT / "tests" / "specs_extra").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SPECS + EXTRA_SPECS, ids=lambda p: p.stem)
+def test_what_check_accepts_lowers(path):
+    lower_spec(check_file(path.relative_to(ROOT)), BuildConfig())
+
+
+PACKED = ["{load_tile: z}", "{dswiglu: q, z: z, as: [dz, hh]}", "{store: dz, to: y}"]
+PACKED += ["{store: hh}"]
+STAT = ["{prepass: sum, of: q, as: s}", "{mul: [acc, s], as: y}", "{store: y}"]
+CASES = {  # what lowering refuses whatever the config: a mode, a statistic's input
+    "onehot_packed": ["{onehot: t, as: oh}", "{mul: [acc, oh], as: q}", *PACKED],
+    "col_index_packed": ["{col_index: acc, as: j}", "{mul: [acc, j], as: q}", *PACKED],
+    "onehot_in_a_statistic": ["{onehot: t, as: oh}", "{add: [acc, oh], as: q}", *STAT],
+    "valid_in_a_statistic": ["{valid: t, as: ok}", "{mul: [acc, ok], as: q}", *STAT],
+    "grouped_reduce_packed": [
+        "{mul: [acc, 2.0], as: q}",
+        "{reduce_row: sum, of: acc, group: 64, as: gs}",
+        *PACKED,
+    ],
+}
+
+
+def _refused_text(case: str) -> str:
+    after = "  - {finalize: sum, of: gs, as: g}\n" if "group:" in str(CASES[case]) else ""
+    return spec_text(CASES[case], after=after, name="refused")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_check_and_build_refuse_alike(case, tmp_path, monkeypatch):
+    """``coda check`` refuses what ``coda build --stop-after lower`` refuses, with the same
+    diagnostic; with analyze's refusals switched off, the lowering's own refusal is that
+    diagnostic too (so the two cannot drift apart)."""
+    from coda_spec import analyze_steps
+    from tests.conftest import coda_check, invoke
+
+    (tmp_path / "refused.yaml").write_text(_refused_text(case))
+    check = coda_check("refused.yaml", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    build = invoke("build", "--stop-after", "lower", "-o", tmp_path / "b", "refused.yaml")
+    assert check.exit_code == build.exit_code == 2, check.output + build.output
+    [head] = [ln for ln in check.body.splitlines() if ": error: " in ln]
+    assert "cannot lower" in head and head in build.output
+    monkeypatch.setattr(analyze_steps, "epilogue_refusals", lambda w, ops, mode: None)
+    checked = check_source(parse_text("refused.yaml", _refused_text(case)))  # now "valid"
     with pytest.raises(SpecError) as e:
         lower_spec(checked, BuildConfig())
-    (d,) = e.value.diagnostics
-    assert (d.line, d.col) == (12, 9)
-    assert "cannot lower 'onehot'" in d.message
+    d = e.value.diagnostics[0]
+    assert head.startswith(f"refused.yaml:{d.line}:{d.col}: error: {d.path}: {d.message}; {d.hint}")

@@ -27,10 +27,9 @@ from coda_spec import artifact, dims
 from coda_spec import verify as V
 from coda_spec.dims import Sym, cdiv, evaluator, expr_of, fold
 from coda_spec.frontend import check_file, with_dims
-from tests.conftest import LOWERED, ROOT
+from tests.conftest import ROOT, SPECS
 from tests.test_verify_cpu import FakeChain, fake_manifest
 
-SPECS = LOWERED  # a manifest needs the lowering
 RAGGED_M = 1000
 SIZES = {"D": 4096, "F": 11008, "M": None, "h": 128}
 

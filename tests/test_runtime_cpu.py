@@ -32,7 +32,7 @@ from coda_spec.reference import TORCH_DTYPES
 from coda_spec.reference import run as ref_run
 from coda_spec.runtime import Chain, CodaRuntimeError, checks, launch
 from coda_spec.source import parse_text
-from tests.conftest import LOWERED, ROOT
+from tests.conftest import ROOT
 from tests.emulate import emulate_compiled
 from tests.test_verify_cpu import fake_manifest
 
@@ -44,6 +44,7 @@ SPECS = {  # name -> (spec file, the dims to shrink)
     **{p.stem: (p, LLAMA3) for p in sorted((ROOT / "specs").glob("llama3_*.yaml"))},
     "derive_only_inputs": (EXTRA / "derive_only_inputs.yaml", {}),
     "empty_folds": (EXTRA / "empty_folds.yaml", {}),
+    "lmhead_ce_bwd": (EXTRA / "lmhead_ce_bwd.yaml", {"D": 128, "V": 512}),
 }
 
 
@@ -107,7 +108,7 @@ def _add_to_roots(manifest) -> dict:
 
 # -- M = 0 -----------------------------------------------------------------------------------
 
-EMPTY_CHAINS = [*(p.stem for p in LOWERED), "empty_folds"]  # a fake build needs the lowering
+EMPTY_CHAINS = [*(p.stem for p in sorted((ROOT / "specs").glob("*.yaml"))), "empty_folds"]
 
 
 @pytest.mark.parametrize("name", EMPTY_CHAINS)
@@ -579,3 +580,77 @@ def test_turns_table_is_not_keyed_by_address(tmp_path):
     assert torch.equal(chain._launcher.turns(second), launch.turns_table(second.clone()))
     second.mul_(2.0)  # in place: the version counter moves
     assert torch.equal(chain._launcher.turns(second), launch.turns_table(second.clone()))
+
+
+def _columns_field(tmp_path):
+    """(chain, its kernel's column-table field) of a small lmhead_ce_bwd build."""
+    d, _ = make_build(tmp_path, "lmhead_ce_bwd")
+    chain = runtime.load(d, tuned=False)
+    [step] = chain.manifest.kernel_steps()
+    [f] = [f for f in step.fields if f.role == "columns"]
+    assert (f.tensor, f.shape, f.dtype) == ("", (1, "V"), "fp32")
+    return chain, f
+
+
+def _bind(chain, f, sizes, cache=True):
+    call = launch.Call(torch.device("cpu"), sizes, {}, cache=cache)
+    made: dict = {}
+    table = chain._launcher.field(chain._plan, f, call, made)
+    assert made == {} and call.env == {}  # a table is no chain tensor
+    return table
+
+
+def test_the_column_table_is_made_once_per_n_and_device(tmp_path):
+    """A kernel's column table is fp32 0 .. N - 1 as (1, N), at the call's N (a re-sized
+    build's too), made at its first use and kept for the next calls."""
+    chain, f = _columns_field(tmp_path)
+    first = _bind(chain, f, {"M": 7, "D": 128, "V": 512})
+    assert first.shape == (1, 512) and first.dtype == torch.float32
+    assert torch.equal(first[0], torch.arange(512, dtype=torch.float32))
+    assert _bind(chain, f, {"M": 3, "D": 128, "V": 512}) is first  # kept: no new allocation
+    other = _bind(chain, f, {"M": 7, "D": 128, "V": 488})  # re-sized V
+    assert torch.equal(other[0], torch.arange(488, dtype=torch.float32))
+    assert _bind(chain, f, {"M": 7, "D": 128, "V": 512}) is first
+
+
+def test_a_call_that_keeps_nothing_makes_a_temporary_table(tmp_path, monkeypatch):
+    """A torch op's call (``cache=False``) and a call on a capturing stream keep no table they
+    make: it is a temporary of the call (under capture, a node of the graph, filled at every
+    replay). A kept table (made by an eager call) is read by both: it never changes."""
+    chain, f = _columns_field(tmp_path)
+    sizes = {"M": 7, "D": 128, "V": 512}
+    a, b = _bind(chain, f, sizes, cache=False), _bind(chain, f, sizes, cache=False)
+    assert a is not b and torch.equal(a, b) and chain._launcher._columns == {}
+    monkeypatch.setattr(launch, "_capturing", lambda device: True)
+    c, d = _bind(chain, f, sizes), _bind(chain, f, sizes)
+    assert c is not d and torch.equal(c, a) and chain._launcher._columns == {}
+    monkeypatch.setattr(launch, "_capturing", lambda device: False)
+    kept = _bind(chain, f, sizes)
+    assert _bind(chain, f, sizes) is kept and _bind(chain, f, sizes, cache=False) is kept
+    monkeypatch.setattr(launch, "_capturing", lambda device: True)
+    assert _bind(chain, f, sizes) is kept
+
+
+def test_a_turns_table_under_capture_is_made_from_the_frequencies_each_time(tmp_path, monkeypatch):
+    """RoPE's turns table follows the frequency tensor it is made from: under a capture it is
+    never a kept one (the graph must recompute it from the frequencies copied in before each
+    replay), and none made there is kept."""
+    d, _ = make_build(tmp_path, "f6_rope")
+    chain = runtime.load(d, tuned=False)
+    [step] = chain.manifest.kernel_steps()
+    [f] = [f for f in step.fields if f.transform == "turns_table"]
+    sizes = {**chain.manifest.static, "M": 4}
+    freqs = torch.rand(chain._plan.field_shape(f, sizes)[1] // 2)  # one per column pair
+    call = launch.Call(torch.device("cpu"), sizes, {f.tensor: freqs})
+    kept = chain._launcher.field(chain._plan, f, call, {})
+    assert chain._launcher.field(chain._plan, f, call, {}) is kept
+    monkeypatch.setattr(launch, "_capturing", lambda device: True)
+    fresh = chain._launcher.field(chain._plan, f, call, {})
+    assert fresh is not kept and torch.equal(fresh, kept)
+    assert len(chain._launcher._tables) == 1
+
+
+def test_a_gemm_wider_than_fp32_indices_is_refused_before_allocating():
+    with pytest.raises(CodaRuntimeError, match="column indices are fp32, exact up to 16777216"):
+        launch.column_table(2**24 + 1, torch.device("meta"))
+    assert launch.column_table(2**24, torch.device("meta")).shape == (1, 2**24)

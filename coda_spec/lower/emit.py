@@ -52,10 +52,11 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
     for idx, op in enumerate(step.epilogue):
         p = prims[op.prim]
         reason = refused[1] if refused is not None and refused[0] is op else None
-        if reason is None and p.lower is None:
-            reason = f"'{op.prim}' has no GEMM-epilogue lowering yet (it runs in host steps)"
         if reason is not None:
             raise SpecError([_diag(file, op, f"cannot lower '{op.prim}': {reason}")])
+        no = p.epilogue_refusal(info.mode)  # analyze refused it already (coda check): a guard
+        if no is not None:
+            raise SpecError([_diag(file, op, f"cannot lower '{op.prim}': {no.message}", no.hint)])
         lc.comment(op)
         try:
             p.lower(lc, op)

@@ -1,4 +1,5 @@
-"""Helpers that generated ``kernel.py`` files import: lane-wise math over QuACK ``Pair`` values.
+"""Helpers that generated ``kernel.py`` files import: lane-wise math over QuACK ``Pair`` values,
+rounding, and a select.
 
 Layer map: only generated modules import this file (so, like ``lower/quack_ops``, it is loaded
 only inside the compile workers of ``lower/quack_adapter.py``); the lowering names these helpers
@@ -37,3 +38,9 @@ def round_bf16(x):
 def round_fp16(x):
     """Round an fp32 value to fp16 (round to nearest even) and keep it as fp32."""
     return cutlass.Float32(cutlass.Float16(x))
+
+
+def select(cond, a, b):
+    """``a`` where the traced Boolean ``cond`` holds, else ``b``, as fp32: one compare and one
+    select per element (``onehot``'s ``select(columns == target, 1.0, 0.0)``)."""
+    return cutlass.Float32(cutlass.select_(cond, cutlass.Float32(a), cutlass.Float32(b)))

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 from coda_spec.errors import ItemError
 from coda_spec.finalize import EMPTY_FOLD, REDUCTIONS, partial_fold
-from coda_spec.lower_api import Field
+from coda_spec.lower_api import NO_PACKED_PREPASS, Field
 from coda_spec.primitives.base import need_tile
 
 SIBLING = {
@@ -115,17 +115,22 @@ def folds(kind: str, of, over: str) -> str:
     return f"{word} over {over} of " + what.get(kind, f"|{a}|" if kind == "absmax" else a)
 
 
+def statistic_inputs(op) -> tuple:
+    """``Primitive.prepass_of`` of ``prepass`` and of a grouped ``reduce_row``: the values its
+    per-(row, group) statistic folds in the prepass (``of``: one, or two for ``dot``)."""
+    if op.prim == "reduce_row" and op.get("group") is None:
+        return ()
+    of = op.get("of")
+    return tuple(of) if isinstance(of, list) else (of,)
+
+
 def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int]:
     """Declare a per-(row, group) statistic folded in the kernel's prepass (QuACK's acc prepass
     with coda's ``GroupStat``): its input is computed in the prepass fn from ``op``'s ``of``
     (re-emitting the values it reads there), and the main fn gets a parameter ``name`` carrying
     the finalized statistic. Returns (parameter, module-level op object, group width)."""
     if lc.mode == "packed_cd_b16x2":
-        raise lc.error(
-            "per-(row, group) statistics run in QuACK's accumulator prepass, which QuACK 0.6.5 "
-            "does not support with a packed C operand ('prepass + packed C: not supported')",
-            "compute the statistic in a separate kernel or a host step",
-        )
+        raise lc.error(*NO_PACKED_PREPASS)
     group = op.get("group")
     g = lc.fold(group) if group is not None else lc.width
     if not isinstance(g, int) or not isinstance(lc.width, int):

@@ -40,8 +40,9 @@ of the kernel, folded by the finalize step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from coda_spec.dtypes import names as dtype_names
 from coda_spec.errors import ItemError
@@ -54,6 +55,7 @@ TILE = "tile"
 REDUCTION = "reduction"
 STATEFUL = "stateful"
 FAMILIES = (ELEMENTWISE, PAIR, VECTOR, TILE, REDUCTION, STATEFUL)
+MODES = ("plain", "acc_pair", "packed_pair")  # a kernel's pairing modes (analyze's names)
 
 NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DTYPES = dtype_names("float")  # the one dtype table: coda_spec.dtypes
@@ -93,13 +95,42 @@ class Primitive:
     supports: Callable = field(default=lambda config, sizes, op: None)
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
     prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower_api.py)
+    # (Op) -> the values a per-(row, group) statistic of this item folds in the kernel's prepass
+    # fn, which re-computes their definitions there (lower_api.prepass_slice); () for most items
+    prepass_of: Callable = field(default=lambda op: ())
     host: Callable | None = None  # (HostCtx, Op) -> None: emits Triton statements for a
     # host-step body (coda_spec/host_api.py); None: host_kernel refuses a body that uses it
     no_host: str = ""  # why it has no ``host`` (host_kernel's refusal quotes it); set iff None
+    # Pairing modes of a kernel (analyze's names: "acc_pair", "packed_pair") whose epilogue its
+    # ``lower`` cannot serve, each with why; ``coda check`` refuses the item there, as the walk does
+    no_mode: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     version: int = 1  # bump when semantics change: part of the build hash (cache_key)
 
     def cache_key(self) -> tuple:
         return (self.name, self.version)
+
+    def epilogue_refusal(self, mode: str) -> ItemError | None:
+        """Why the primitive cannot lower in the epilogue of a kernel of pairing ``mode``
+        (``plain``, ``acc_pair``, ``packed_pair``), with the fix, or None. Asked by ``analyze``
+        (so ``coda check`` refuses what ``coda build`` would) and by the lowering walk."""
+        if self.lower is None:
+            return ItemError(
+                f"'{self.name}' has no GEMM-epilogue lowering yet (it runs in host steps)",
+                hint="compute it in a host step",
+            )
+        if mode in self.no_mode:
+            others = [m for m in MODES if m not in self.no_mode]
+            return ItemError(
+                self.no_mode[mode],
+                hint=f"compute it in a host step, or in a {' or '.join(others)} kernel",
+            )
+        return None
+
+    @property
+    def in_prepass(self) -> bool:
+        """Whether its lowering can be re-emitted in a prepass fn (elementwise items and the
+        primitives declared ``prepass=True``; ``lower_api.LowerCtx.prepass_value``)."""
+        return self.family == ELEMENTWISE or self.prepass
 
 
 def item_schema(

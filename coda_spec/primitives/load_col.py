@@ -1,6 +1,6 @@
 """`load_col`: read a per-row vector broadcast over columns (rstd, zdz, positions)."""
 
-from coda_spec.primitives._loads import need_rank, need_rows
+from coda_spec.primitives._loads import col_operand, need_rank, need_rows
 from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, VType, item_schema
 
 
@@ -12,11 +12,7 @@ def _infer(tc, op, ins, tensors):
 
 
 def _lower(lc, op):
-    t = op.get("load_col")
-    info = lc.info(t)
-    dtype, transform = (info.dtype, "") if info.dtype in ("fp32", "bf16") else ("fp32", "to_fp32")
-    name = lc.param(t, "col", lc.op("ColVecLoad", lc.ident(t)), (1, lc.rows), dtype, transform)
-    lc.bind(op.results[0], name, "s")
+    lc.bind(op.results[0], col_operand(lc, op.get("load_col")), "s")
 
 
 def _host(hc, op):

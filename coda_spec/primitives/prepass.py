@@ -9,7 +9,7 @@ per (row, group), broadcast over the group's columns.
 """
 
 from coda_spec.errors import ItemError
-from coda_spec.primitives._reduce import SIBLING, group_stat, grouped
+from coda_spec.primitives._reduce import SIBLING, group_stat, grouped, statistic_inputs
 from coda_spec.primitives.base import (
     DIM_REF,
     STATEFUL,
@@ -83,6 +83,7 @@ PRIMITIVE = Primitive(
     mutants=lambda op: (op.with_arg("prepass", SIBLING[op.get("prepass")]),),
     supports=_supports,
     lower=_lower,
+    prepass_of=statistic_inputs,
     no_host="a per-row statistic used by later items of the same body needs the whole row before "
     "the first chunk is processed: a second pass over the row",
 )

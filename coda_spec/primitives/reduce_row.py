@@ -16,6 +16,7 @@ from coda_spec.primitives._reduce import (
     of_schema,
     operand_tiles,
     reduce_lower,
+    statistic_inputs,
 )
 from coda_spec.primitives.base import DIM_REF, REDUCTION, Primitive, VType, item_schema
 
@@ -140,5 +141,6 @@ PRIMITIVE = Primitive(
     reference=_reference,
     mutants=_mutants,
     lower=lambda lc, op: reduce_lower(lc, op, "row"),
+    prepass_of=statistic_inputs,
     host=_host,
 )

@@ -47,12 +47,7 @@ def _lower(lc, op):
     pending = lc.take_select(raw)
     if pending is not None:
         expr, index = pending
-        name = lc.ident(index)
-        glob = f"_idx_{name}"
-        lc.global_line(f"{glob} = {lc.op('ColVecLoad', name)}")
-        if not lc.has_extra_op(glob):
-            lc.extra_op(glob)
-            lc.add_field(Field(name, index, "index", (lc.rows,), lc.info(index).dtype))
+        glob = lc.index_load(index)
         select = lc.op("ColVecSelect", field, idx_op=Code(glob))
         what = f"per row m, {expr} at column {index}[m] -> ({lc.rows},) fp32"
         lc.out_op(field, select, expr, Field(field, to, "select", (lc.rows,), "fp32"), what)

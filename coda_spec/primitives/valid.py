@@ -1,11 +1,26 @@
 """`valid`: a column vector, 1 for rows whose index is not the tensor's ``ignore_index``, else 0.
 
 Multiply by it to zero the loss and gradient of padding rows, as cross-entropy's
-``ignore_index`` does.
+``ignore_index`` does. It lowers in host steps and in every GEMM epilogue (a per-row compare of
+the index, converted to fp32, with ``ignore_index``; exact for an ``ignore_index`` below 2^24 in
+magnitude), but not inside a ``prepass`` statistic's input:
+
+```yaml
+- {valid: target, as: keep}
+- {load_col: d_loss}
+- {mul: [d_loss, keep], as: g}          # the incoming gradient, zero on ignored rows
+```
 """
 
 from coda_spec.errors import ItemError
-from coda_spec.primitives._loads import index_tensor, need_index, need_rank, need_rows
+from coda_spec.primitives._loads import (
+    FP32_EXACT,
+    col_operand,
+    index_tensor,
+    need_index,
+    need_rank,
+    need_rows,
+)
 from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, VType, item_schema
 
 
@@ -20,12 +35,26 @@ def _infer(tc, op, ins, tensors):
             "valid",
             f"add ignore_index: -100 to tensor '{info.name}'",
         )
+    if tc.has_acc and abs(info.ignore_index) >= FP32_EXACT:
+        raise ItemError(
+            f"valid: '{info.name}' has ignore_index {info.ignore_index}; a GEMM epilogue compares "
+            "indices in fp32, exact below 2^24 in magnitude",
+            "valid",
+            f"declare a smaller ignore_index for '{info.name}', e.g. -100",
+        )
     return (VType("col"),)
 
 
 def _reference(rt, op, ins, tensors):
     _, valid = index_tensor(rt, tensors["valid"], rt.decl(op.get("valid")))
     return (valid.reshape(-1, 1).to(rt.dtype),)
+
+
+def _lower(lc, op):
+    """``select(index != ignore_index, 1.0, 0.0)``, once per row."""
+    t = op.get("valid")
+    idx, ignore = col_operand(lc, t), lc.info(t).ignore_index
+    lc.let(op.results[0], lc.call("select", f"{idx} != {float(ignore)!r}", "1.0", "0.0"), "s")
 
 
 def _host(hc, op):
@@ -44,5 +73,6 @@ PRIMITIVE = Primitive(
     tensors=("valid",),
     infer=_infer,
     reference=_reference,
+    lower=_lower,
     host=_host,
 )

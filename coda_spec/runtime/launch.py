@@ -14,7 +14,15 @@ writes zeros, any other epilogue runs on zero operands of K = ``ZERO_K`` (acc is
 
 State (a :class:`Launcher` per chain, filled at first use and shared by re-sized and
 variant-forced copies of the chain): the library and the exported functions, the SM count per
-device (after the sm_90 check), the loaded cubins, RoPE turns tables per frequency tensor.
+device (after the sm_90 check), the loaded cubins, RoPE turns tables per frequency tensor, and
+column tables per (N, device). Tables are kept only by calls that may keep state (``Call.cache``:
+not a torch op's call, whose CUDA-graph trees want every allocation to be an output) and not
+while the stream captures a CUDA graph: a capture records the kernels that fill a table without
+running them, so a table made then holds its values only once the graph replays. Such calls
+make their tables as temporaries, which the graph fills at every replay. Under a capture a turns
+table is always made so, from the frequencies the graph reads at each replay (a kept one would
+go stale when new values are copied into them); a column table never changes, so a kept one is
+read by every call.
 
 Library lookup (``libcute_dsl_runtime.so``, needed by every exported kernel): the file named by
 ``$CODA_CUTE_DSL_RUNTIME``, then the build directory, then the installed ``nvidia-cutlass-dsl``
@@ -43,6 +51,7 @@ from coda_spec.runtime.plan import CodaRuntimeError, Plan
 LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 TABLES_KEPT = 8  # RoPE tables kept before those of dead tensors are dropped
+FP32_EXACT = 2**24  # a column table is fp32: every column index up to 2^24 is exact
 ZERO_K = 8  # the K of the zero operands an empty-K GEMM runs on (16 bytes of bf16)
 
 
@@ -83,6 +92,22 @@ def turns_table(freqs: torch.Tensor) -> torch.Tensor:
     hi = turns.float()
     lo = (turns - hi.double()).float()
     return torch.stack([hi, lo], dim=-1).reshape(1, -1)
+
+
+def column_table(n: int, device) -> torch.Tensor:
+    """The column table of a GEMM over ``n`` columns: fp32 0, 1, ..., n - 1 as (1, n), which a
+    kernel reads as a ``RowVecLoad`` to know each element's global column (``onehot``,
+    ``col_index``)."""
+    if n > FP32_EXACT:
+        raise CodaRuntimeError(
+            f"GEMM N is {n}: a kernel's column indices are fp32, exact up to {FP32_EXACT}; "
+            "split the GEMM over N"
+        )
+    return torch.arange(n, dtype=torch.float32, device=device).reshape(1, n)
+
+
+def _capturing(device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def _dim(expr, sizes: dict, env: dict | None = None) -> int:
@@ -139,6 +164,7 @@ class Launcher:
         self._fns: dict = {}  # symbol -> exported function, resolved at its first launch
         self._gpus: dict = {}  # device -> SM count, once the GPU is checked (sm_90)
         self._tables: dict = {}  # id(freqs) -> (weak reference, its version, turns table)
+        self._columns: dict = {}  # (N, device) -> column table
         self.cubins = {  # step -> (cubin, aligned cubin or None)
             s.name: (
                 Cubin(directory, s.launch.cubin, s.launch.types, s.launch.hidden),
@@ -274,8 +300,11 @@ class Launcher:
         if role == "row":
             x = env[t]
             if f.transform == "turns_table":
-                return self.turns(x) if call.cache else turns_table(x)
+                return self.turns(x) if self._keeps(call) else turns_table(x)
             return x.reshape(1, -1)
+        if role == "columns":  # no chain tensor: the table of this call's GEMM N
+            n = plan.field_shape(f, call.sizes)[1]
+            return self.columns(n, call.device, keep=self._keeps(call))
         if role == "col":
             x = env[t].reshape(1, -1)
             return x.float() if f.transform == "to_fp32" else x
@@ -294,6 +323,22 @@ class Launcher:
             buf = alloc(call, shape, dtype)
         made[t] = buf
         return buf
+
+    @staticmethod
+    def _keeps(call: Call) -> bool:
+        """Whether this call may keep the tables it makes (the module docstring)."""
+        return call.cache and not _capturing(call.device)
+
+    def columns(self, n: int, device, keep: bool) -> torch.Tensor:
+        """The column table for GEMM N ``n`` on ``device``: the kept one, else a new one, kept
+        when ``keep`` (its contents never change, so every later call may read it)."""
+        key = (n, device)
+        table = self._columns.get(key)
+        if table is None:
+            table = column_table(n, device)
+            if keep:
+                self._columns[key] = table
+        return table
 
     def turns(self, freqs: torch.Tensor) -> torch.Tensor:
         """RoPE's turns table of a frequency tensor, computed once per tensor and contents: kept

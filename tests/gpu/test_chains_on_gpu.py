@@ -1,6 +1,6 @@
 """GPU end-to-end (marker ``gpu``; skipped without CUDA): built chains vs the reference.
 
-Runs every bundled spec that lowers (``conftest.LOWERED``) from its build under
+Runs every bundled spec from its build under
 ``build/<name>-latest`` (build here, carry ``build`` to the GPU machine) at the real shape
 (M = 16384) and a ragged one (M = 1000), and checks each output against the fp64 reference with
 verify's bound (docs/verification.md).
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import LOWERED, need_build
+from tests.conftest import SPECS, need_build
 from tests.gpu.run_chain import compare
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [16384, 1000])
-@pytest.mark.parametrize("path", LOWERED, ids=[p.stem for p in LOWERED])
+@pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
 def test_chain_matches_reference(path, m):
     import coda_spec
 

@@ -12,6 +12,8 @@ from tests.conftest import need_build
 
 pytestmark = pytest.mark.gpu
 FORWARD = ["rmsnorm_chain", "b2_dgrad_dswiglu", "llama_block", "f2_deferred_norm"]
+FORWARD += ["lmhead_ce_bwd"]  # onehot: a column table the op's call makes (keeps none)
+EXTRA = {"lmhead_ce_bwd": "tests/specs_extra/lmhead_ce_bwd.yaml"}  # test specs: where they are
 
 
 def _op(name: str, m: int = 1000, seed: int = 0):
@@ -20,7 +22,7 @@ def _op(name: str, m: int = 1000, seed: int = 0):
     import coda_spec
     from coda_spec.bench.driver import Options, draw
 
-    op = coda_spec.op(need_build(name), tuned=False)
+    op = coda_spec.op(need_build(name, EXTRA.get(name)), tuned=False)
     checked = op.chain.checked()
     sizes = {d.name: (d.size or m) for d in checked.spec.dims}
     _, inputs, grads = draw(op.chain, checked, sizes, Options(seed=seed))
@@ -205,3 +207,26 @@ def test_fuse_grad_accum_sums_two_micro_batches_into_grad(launched):
             assert torch.equal(fused[n].grad, plain[n].grad), n
         else:
             _within_one_ulp(fused[n].grad, plain[n].grad, n)
+
+
+def test_reduce_overhead_replays_the_lmhead_backward_op():
+    """``mode="reduce-overhead"`` on the op whose kernel reads a column table (``onehot``): the
+    op's call keeps no table (CUDA-graph trees), the graph makes it on every replay; three
+    replays give eager's outputs bitwise."""
+    import torch
+
+    op, inputs, _ = _op("lmhead_ce_bwd")
+    op.chain._launcher._columns.clear()  # ops are shared: a direct chain call may have kept one
+    names = list(op.outputs)
+
+    def step(**kw):
+        out = op(**kw)
+        return tuple(out[n] for n in names)
+
+    want = step(**{k: v.clone() for k, v in inputs.items()})
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):
+        got = compiled(**{k: v.clone() for k, v in inputs.items()})
+        for n, a, b in zip(names, got, want, strict=True):
+            assert torch.equal(a, b), n
+    assert op.chain._launcher._columns == {}

@@ -1,7 +1,8 @@
 """A chain inside a training loop, on a real GPU (marker ``gpu``): CUDA-graph capture and
-replay, bitwise determinism, profiler ranges named after spec steps, and the saved-tensor
-backward. Builds come from ``coda build specs/<name>.yaml`` (``build/<name>-latest``); a missing
-build fails loudly with that command.
+replay (also of a column table first made inside the capture), bitwise determinism, profiler
+ranges named after spec steps, and the saved-tensor backward. Builds come from ``coda build
+specs/<name>.yaml`` (``build/<name>-latest``; the test spec ``lmhead_ce_bwd`` from
+``tests/specs_extra/``); a missing build fails loudly with that command.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import pytest
 
 from tests.conftest import need_build
 
-CHAINS = ["rmsnorm_chain", "b3_rope_bwd", "b4_ce_fwd_bwd", "llama_block"]
+CHAINS = ["rmsnorm_chain", "b3_rope_bwd", "b4_ce_fwd_bwd", "llama_block", "lmhead_ce_bwd"]
+EXTRA = {"lmhead_ce_bwd": "tests/specs_extra/lmhead_ce_bwd.yaml"}  # test specs: where they are
 pytestmark = pytest.mark.gpu
 
 
@@ -20,7 +22,7 @@ def _chain(name: str, m: int = 1000, seed: int = 0):
     from coda_spec import load
     from coda_spec.bench.driver import Options, draw
 
-    chain = load(need_build(name), tuned=False)
+    chain = load(need_build(name, EXTRA.get(name)), tuned=False)
     checked = chain.checked()
     sizes = {d.name: (d.size or m) for d in checked.spec.dims}
     _, inputs, grads = draw(chain, checked, sizes, Options(seed=seed))
@@ -80,6 +82,39 @@ def test_cuda_graph_capture_and_replay(name, check):
         got = _results(chain, env)
         differ = [n for n in want if not torch.equal(want[n], got[n])]
         assert differ == [], f"{name} (seed {seed}): replay differs from eager in {differ}"
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["checked", "unchecked"])
+def test_a_column_table_first_made_inside_a_capture(check):
+    """The column table's first use inside a capture (library loaded before, tables not): the
+    call makes it as a temporary of the graph, which fills it at every replay, and keeps none;
+    replays equal eager bitwise, and an eager call afterwards keeps its own table."""
+    import torch
+
+    chain, inputs, _ = _chain("lmhead_ce_bwd")
+    static_in = _fresh(inputs)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the library and the SM count, outside the capture
+        chain.run(_fresh(inputs), check=check)
+    torch.cuda.current_stream().wait_stream(side)
+    launcher = chain._launcher
+    launcher._columns.clear()  # as if no eager call had made the table yet
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        env = chain.run(static_in, check=check)
+    assert launcher._columns == {}, "a table made during a capture was kept"
+    for seed in (0, 7):
+        _, new_in, _ = _chain("lmhead_ce_bwd", seed=seed)
+        for k, v in new_in.items():
+            static_in[k].copy_(v)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = _results(chain, chain.run(_fresh(new_in)))
+        got = _results(chain, env)
+        differ = [n for n in want if not torch.equal(want[n], got[n])]
+        assert differ == [], f"seed {seed}: replay differs from eager in {differ}"
+    assert len(launcher._columns) == 1  # the eager calls above keep one table per (N, device)
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_chain", "llama_block"])

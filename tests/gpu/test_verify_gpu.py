@@ -40,3 +40,14 @@ def test_mutant_build_fails_against_the_original_reference():
     )
     assert res.returncode == 3, res.stdout + res.stderr
     assert "NO" in res.stdout
+
+
+def test_verify_passes_on_the_lmhead_cross_entropy_backward():
+    """``onehot`` in the logits GEMM's epilogue (its column table filled by the runtime): every
+    case (M = 16384, the ragged M = 1000 with V and D off the tile grid, M = 64) against the
+    fp64 reference, and the unfused math."""
+    spec = "tests/specs_extra/lmhead_ce_bwd.yaml"
+    need_build("lmhead_ce_bwd", spec)
+    res = _verify("build/lmhead_ce_bwd-latest", "--seed", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "dlogits" in res.stdout and "zdz" in res.stdout
