@@ -2,7 +2,8 @@
 
 import-linter (pyproject.toml) checks where imports point; this test checks which imports are
 allowed to hide inside a function at all. An import of torch or a compiler (quack, cutlass,
-triton, tvm-ffi) or of an optional extra (matplotlib) may be lazy anywhere: that is how ``coda
+triton, tvm-ffi) or of an optional package (matplotlib; transformers, which coda_spec.nn reads only
+for its configs and outputs) may be lazy anywhere: that is how ``coda
 check`` stays free of torch and the runtime free of the compiler. Every lazy import of coda's
 own modules is listed in :data:`LAZY` with its reason, one of :data:`REASONS`; a new one fails
 until it is hoisted to the top of its module or listed here with a reason.
@@ -15,7 +16,7 @@ import ast
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "coda_spec"
-EXTERNAL = {"torch", "quack", "cutlass", "triton", "tvm_ffi", "matplotlib"}
+EXTERNAL = {"torch", "quack", "cutlass", "triton", "tvm_ffi", "matplotlib", "transformers"}
 REASONS = {
     "torch": "the module it reaches imports torch, and its importer must not (coda check)",
     "compiler": "the module it reaches drives the compiler (coda build)",
