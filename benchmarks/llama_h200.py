@@ -24,7 +24,6 @@ import time
 
 import torch
 import train_step  # benchmarks/: the shapes' one home
-from transformers import LlamaForCausalLM
 
 from coda_spec.nn import LlamaForCausalLM as CodaLlama
 from coda_spec.nn import layout
@@ -32,13 +31,6 @@ from coda_spec.nn import layout
 
 def config(layers: int):
     return train_step.config("1b-2x4096", layers)
-
-
-def hf_model(cfg, dtype) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg)
-    return model.to(dtype)
 
 
 def batch(cfg, b: int, s: int):
@@ -60,7 +52,7 @@ def rel(a, b) -> float:
 def parity(args) -> dict:
     cfg = config(args.layers)
     ids, labels = batch(cfg, args.batch, args.seq)
-    bf = hf_model(cfg, torch.bfloat16)
+    bf = train_step.hf_bf16(cfg)
     ref = copy.deepcopy(bf).float()  # the same (bf16-valued) weights, computed in fp32
     ref_loss = hf_loss(ref, ids, labels)
     ref_loss.backward()
@@ -100,7 +92,7 @@ def parity(args) -> dict:
 def compile_check(args) -> dict:
     cfg = config(args.layers)
     ids, labels = batch(cfg, args.batch, args.seq)
-    coda = CodaLlama.from_hf(hf_model(cfg, torch.bfloat16), builds=args.builds)
+    coda = CodaLlama.from_hf(train_step.hf_bf16(cfg), builds=args.builds)
     explained = torch._dynamo.explain(coda)(ids, labels)
     torch._dynamo.reset()
     t0 = time.perf_counter()

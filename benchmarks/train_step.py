@@ -89,10 +89,28 @@ def config(shape: str, layers: int | None):
     return LlamaConfig(**cfg, attn_implementation="sdpa")
 
 
+def hf_bf16(cfg):
+    """transformers' Llama at ``cfg`` with seeded random bf16 weights on the GPU. RoPE's
+    frequencies stay fp32: ``model.to(torch.bfloat16)`` also casts the rotary embedding's
+    ``inv_freq`` buffer, rounding each frequency to 8 bits (an angle error of ``pos * freq *
+    2^-9`` rad, ~2 rad at position 1000), which ``from_pretrained(torch_dtype=torch.bfloat16)``
+    does not do and coda (which computes them from the config) does not do."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg)
+    rotary = model.model.rotary_emb
+    keep = rotary.inv_freq.clone(), rotary.original_inv_freq.clone()
+    model = model.to(torch.bfloat16)
+    rotary.inv_freq, rotary.original_inv_freq = keep
+    return model
+
+
 def make(mode: str, cfg, builds: str):
     """(the model whose parameters train, the step's loss function)."""
     import torch
-    from transformers import LlamaForCausalLM
     from transformers.models.llama import modeling_llama
 
     if mode == "liger":
@@ -101,9 +119,7 @@ def make(mode: str, cfg, builds: str):
         apply_liger_kernel_to_llama()
     if mode == "hf-compile-nomask":
         modeling_llama.create_causal_mask = lambda *a, **k: None
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        hf = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    hf = hf_bf16(cfg)
     if mode.startswith("coda"):
         from coda_spec.nn import LlamaForCausalLM as CodaLlama
 
@@ -227,7 +243,7 @@ def profile(one_step, model, args) -> dict:
     for op in getattr(model, "chains", {}).values():
         for st in op.chain.manifest.all_steps:
             if st.kind != "kernel" and getattr(st, "launch", None) is not None:
-                symbols.add(st.launch.symbol)
+                symbols.add(st.launch.cubin.name)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         one_step()
         torch.cuda.synchronize()

@@ -84,7 +84,11 @@ def train(which: str, args, text) -> dict:
     torch.manual_seed(args.seed)
     with torch.device("cuda"):
         hf = LlamaForCausalLM(LlamaConfig(**SMALL, attn_implementation="sdpa"))
+    # bf16 weights; RoPE's frequencies stay fp32 (.to() would round the inv_freq buffer too)
+    rotary = hf.model.rotary_emb
+    keep = rotary.inv_freq.clone(), rotary.original_inv_freq.clone()
     hf = hf.to(torch.bfloat16)
+    rotary.inv_freq, rotary.original_inv_freq = keep
     if which == "coda":
         from coda_spec.nn import LlamaForCausalLM as CodaLlama
 
