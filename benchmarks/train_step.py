@@ -278,22 +278,26 @@ def main() -> None:
     for mode in args.modes.split(","):
         cmd = [sys.executable, __file__, "--child", mode, *sys.argv[1:]]
         print(f"[train_step] {mode} {args.shape} {args.kind} ...", flush=True)
-        try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=args.timeout, env=os.environ
-            )
-        except subprocess.TimeoutExpired:
-            rows.append({"mode": mode, "error": f"timed out after {args.timeout} s"})
-            continue
-        last = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
-        if last:
-            rows.append(json.loads(last[0]))
-            print(f"[train_step]   {rows[-1]['ms']} ms, {rows[-1]['peak_gib']} GiB", flush=True)
+        rows.append(run_child(mode, cmd, args.timeout))
+        row = rows[-1]
+        if "error" in row:
+            print(f"[train_step]   failed: {row['error']}", flush=True)
         else:
-            rows.append({"mode": mode, "error": done.stderr.strip().splitlines()[-5:]})
-            print(f"[train_step]   failed: {rows[-1]['error']}", flush=True)
-    with open(args.out, "w") as f:
-        json.dump({"rows": rows, "argv": sys.argv[1:]}, f, indent=1)
+            print(f"[train_step]   {row['ms']} ms, {row['peak_gib']} GiB", flush=True)
+        with open(args.out, "w") as f:  # after every mode: a later timeout loses nothing
+            json.dump({"rows": rows, "argv": sys.argv[1:]}, f, indent=1)
+
+
+def run_child(mode: str, cmd: list, timeout: int) -> dict:
+    """One mode's row, from its own process: its last stdout line, or the error."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ)
+    except subprocess.TimeoutExpired:
+        return {"mode": mode, "error": f"timed out after {timeout} s"}
+    last = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    if not last:
+        return {"mode": mode, "error": done.stderr.strip().splitlines()[-5:]}
+    return json.loads(last[0])
 
 
 if __name__ == "__main__":
