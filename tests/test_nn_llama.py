@@ -132,8 +132,9 @@ def test_from_hf_matches_transformers_in_fp64(builds, hf_fp64, tied):
     assert max(worst.values()) <= 1e-10, worst
 
 
-def test_the_patch_matches_transformers_and_keeps_its_state_dict(builds, hf_fp64):
-    hf = hf_model(tied=False)
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_the_patch_matches_transformers_and_keeps_its_state_dict(builds, hf_fp64, tied):
+    hf = hf_model(tied)
     patched = apply_to_hf_llama(copy.deepcopy(hf), builds=builds)
     before = {k: v.clone() for k, v in patched.state_dict().items()}
     ids, labels = batch()
