@@ -100,6 +100,8 @@ KERNEL_IMPORTS = MappingProxyType(
         ),
         "coda_spec.lower.kernel_lib": (
             "lane_div",
+            "lane_max",
+            "lane_min",
             "lanewise",
             "round_bf16",
             "round_fp16",

@@ -24,7 +24,7 @@ from coda_spec.ir import (
     Spec,
     Tensor,
 )
-from coda_spec.primitives import registry
+from coda_spec.primitives import item_primitives, registry
 from coda_spec.source import Source
 
 
@@ -34,7 +34,7 @@ def _loc(src: Source, path: tuple) -> Loc:
 
 
 def _op(src: Source, path: tuple, item: dict, prims) -> Op:
-    prim = next(k for k in item if k in prims)
+    [prim] = item_primitives(item, prims)
     p = prims[prim]
     args = [(prim, item[prim])]
     args += [(k, v) for k, v in item.items() if k not in (prim, "as", "doc")]

@@ -18,7 +18,7 @@ import math
 from jsonschema import Draft202012Validator
 
 from coda_spec.errors import Diagnostic, SpecError, did_you_mean
-from coda_spec.primitives import registry
+from coda_spec.primitives import item_primitives, registry
 from coda_spec.schema import ROOT_REQUIRED, STEP_KINDS, root_properties, structure_defs
 from coda_spec.source import Source
 
@@ -315,7 +315,7 @@ def _check_item(ck: _Checker, src: Source, path: tuple, item, out: list):
             )
         )
         return
-    prims = [k for k in item if k in ck.prims]
+    prims = item_primitives(item, ck.prims)
     if len(prims) > 1:
         out.append(
             src.diag(

@@ -141,7 +141,12 @@ def test_item_fields_are_derived_from_the_primitives():
     fields = item_fields(prims)
     for name, p in prims.items():
         assert set(p.schema["properties"]) - {name} <= fields, name
-    assert not fields & set(prims)  # a primitive's own key is never a mere field
+    # a primitive's name is a field only as clamp's bounds, and such an item is one clamp
+    assert fields & set(prims) == {"min", "max"}
+    from coda_spec.primitives import item_primitives
+
+    assert item_primitives({"min": 0.0, "clamp": "x", "max": 1.0, "as": "y"}, prims) == ["clamp"]
+    assert item_primitives({"min": ["a", 1.0], "max": ["b", 2.0]}, prims) == ["min", "max"]
     assert {"as", "doc", "of", "by", "cap"} <= fields
 
 

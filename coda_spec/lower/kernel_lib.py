@@ -13,6 +13,7 @@ import block and the epilogue fns), and the helpers are reviewed and versioned o
 from __future__ import annotations
 
 import cutlass
+import cutlass.cute as cute
 from quack.epilogue.math import Pair
 
 
@@ -28,6 +29,26 @@ def lane_div(a, b):
         b0, b1 = b if isinstance(b, Pair) else (b, b)
         return Pair(a0 / b0, a1 / b1)
     return a / b
+
+
+def _lanes2(f, a, b):
+    """``f`` of two fp32 operands, lane by lane when either is a ``Pair`` (a plain operand,
+    such as a number literal or a per-row value, applies to both lanes)."""
+    if isinstance(a, Pair) or isinstance(b, Pair):
+        a0, a1 = a if isinstance(a, Pair) else (a, a)
+        b0, b1 = b if isinstance(b, Pair) else (b, b)
+        return Pair(_lanes2(f, a0, b0), _lanes2(f, a1, b1))
+    return f(cutlass.Float32(a), cutlass.Float32(b))
+
+
+def lane_max(a, b):
+    """max(a, b) per lane: ``arith.maxnumf`` (one FMNMX; a NaN operand yields the other)."""
+    return _lanes2(cute.math.max, a, b)
+
+
+def lane_min(a, b):
+    """min(a, b) per lane: ``arith.minnumf`` (one FMNMX; a NaN operand yields the other)."""
+    return _lanes2(cute.math.min, a, b)
 
 
 def round_bf16(x):

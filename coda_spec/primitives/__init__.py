@@ -64,3 +64,15 @@ def cache_keys(spec) -> list:
         for op in getattr(step, "epilogue", getattr(step, "body", ()))
     }
     return sorted(list(prims[name].cache_key()) for name in used)
+
+
+def item_primitives(item: dict, prims) -> list:
+    """The primitive keys of an epilogue item. A key that names a primitive but is also a
+    parameter of the item's other primitive is that parameter, not a second primitive
+    (``{clamp: x, min: -1.0, max: 1.0}`` is one ``clamp``): of several primitive keys, those
+    whose schema declares every other one win."""
+    keys = [k for k in item if k in prims]
+    if len(keys) > 1:
+        owners = [k for k in keys if set(keys) - {k} <= set(prims[k].schema["properties"])]
+        return owners or keys
+    return keys

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coda_spec.errors import ItemError
-from coda_spec.primitives._lowering import binary_lower, unary_lower
+from coda_spec.primitives._lowering import binary_call_lower, binary_lower, unary_lower
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     OPERAND,
@@ -52,15 +52,17 @@ def unary_host(template: str):
     return host
 
 
-def binary_host(symbol: str):
-    """Host lowering of a binary op ``a <symbol> b``, lane by lane (rows, cols, scalars and
-    number literals broadcast)."""
+def binary_host(symbol: str, template: str = ""):
+    """Host lowering of a binary op ``a <symbol> b`` (or of ``template`` over ``{a}`` and
+    ``{b}``, e.g. ``tl.maximum({a}, {b})``), lane by lane (rows, cols, scalars and number
+    literals broadcast)."""
+    template = template or "{a} " + symbol + " {b}"
 
     def host(hc, op):
         a, b = (hc.value(x) for x in op.get(op.prim))
         n = hc.lane_count(a, b)
         pairs = zip(hc.spread(a, n), hc.spread(b, n), strict=True)
-        hc.let(op.results[0], [f"{x} {symbol} {y}" for x, y in pairs])
+        hc.let(op.results[0], [template.format(a=x, b=y) for x, y in pairs])
 
     return host
 
@@ -94,6 +96,19 @@ def unary(name: str, fn, summary: str, example: str, siblings=(), lower="", host
     )
 
 
+def extremum(both: str, one: str):
+    """The torch math of ``max``/``min``: ``torch.<both>(a, b)`` of two values,
+    ``torch.<one>(a, b)`` (``clamp_min``) with a number literal on either side."""
+
+    def fn(rt, a, b):
+        t = rt.torch
+        if not isinstance(a, t.Tensor):
+            a, b = b, a
+        return getattr(t, both if isinstance(b, t.Tensor) else one)(a, b)
+
+    return fn
+
+
 def _binary_infer(name):
     def infer(tc, op, ins, tensors):
         a, b = ins[name]
@@ -104,8 +119,12 @@ def _binary_infer(name):
     return infer
 
 
-def binary(name: str, fn, summary: str, example: str, siblings=(), symbol="") -> Primitive:
-    """A two-operand op ``{name: [a, b], as: y}``; operands are values or number literals."""
+def binary(name: str, fn, summary: str, example: str, siblings=(), symbol="", call=()) -> Primitive:
+    """A two-operand op ``{name: [a, b], as: y}``; operands are values or number literals.
+
+    ``symbol``: the operator of both lowerings (``*``); or ``call``: ``(cute, triton)``, the
+    kernel helper of the CuTe text (``lane_max``, ``_lowering.binary_call_lower``) and the Triton
+    function of the host text (``tl.maximum``)."""
     pair = {"type": "array", "items": OPERAND, "minItems": 2, "maxItems": 2}
     return Primitive(
         name=name,
@@ -117,15 +136,16 @@ def binary(name: str, fn, summary: str, example: str, siblings=(), symbol="") ->
         infer=_binary_infer(name),
         reference=lambda rt, op, ins, tensors: (fn(rt, *ins[name]),),
         mutants=_siblings(name, siblings),
-        lower=binary_lower(symbol),
-        host=binary_host(symbol),
+        lower=binary_call_lower(call[0]) if call else binary_lower(symbol),
+        host=binary_host(symbol, f"{call[1]}({{a}}, {{b}})" if call else ""),
     )
 
 
 def _chain_lower(name: str, chain: tuple):
     """CuTe lowering of ``x`` through ``chain``: each link ``(prim, *operands)`` applies the
     registered elementwise primitive ``prim`` to the running value (and, for a binary one, to
-    ``operands``: a parameter's name, read from the item, or a number). Intermediate values get
+    ``operands``: a parameter's name, read from the item, or a number). A link whose parameter
+    the item leaves out (an optional one: clamp's ``min``) is skipped. Intermediate values get
     fresh names ``<result>_<prim>``; the last link binds the item's result."""
 
     def lower(lc, op):
@@ -133,8 +153,13 @@ def _chain_lower(name: str, chain: tuple):
 
         prims = registry()
         result, value = op.results[0], op.get(name)
-        for i, (prim, *operands) in enumerate(chain):
-            out = result if i == len(chain) - 1 else lc.fresh(f"{lc.ident(result)}_{prim}")
+        links = [
+            link
+            for link in chain
+            if all(op.get(a) is not None for a in link[1:] if isinstance(a, str))
+        ]
+        for i, (prim, *operands) in enumerate(links):
+            out = result if i == len(links) - 1 else lc.fresh(f"{lc.ident(result)}_{prim}")
             extra = [float(op.get(a)) if isinstance(a, str) else a for a in operands]
             arg = [value, *extra] if extra else value
             prims[prim].lower(lc, replace(op, prim=prim, args=((prim, arg),), results=(out,)))
@@ -153,29 +178,41 @@ def parameterised_unary(
     example: str,
     mutants=None,
     siblings=(),
+    optional=(),
+    check=None,
 ) -> Primitive:
     """A one-operand op with immediate parameters: ``{name: x, <param>: number, ..., as: y}``.
 
-    ``params``: parameter -> JSON Schema fragment (every one required; compiled into the kernel
-    as a constant, like ``scale``'s ``by``). ``torch(rt, x, **params)``: the reference math, the
-    parameters as floats. ``cute``: the GEMM-epilogue lowering as a chain of registered
+    ``params``: parameter -> JSON Schema fragment (each required unless named in ``optional``;
+    compiled into the kernel as a constant, like ``scale``'s ``by``). ``torch(rt, x,
+    **params)``: the reference math, the parameters as floats (an absent optional one is
+    ``None``). ``cute``: the GEMM-epilogue lowering as a chain of registered
     elementwise primitives, ``(("div", "cap"), ("tanh",), ("mul", "cap"))`` (see
     :func:`_chain_lower`). ``triton``: host-kernel text over one fp32 lane ``{x}`` and the
-    parameters ``{<param>}`` (float literals). ``mutants(op)``: extra mutants (default: each
-    parameter moved to ``1.5 p + 0.25``); ``siblings``: unary primitives to swap in, parameters
-    dropped.
+    parameters ``{<param>}`` (float literals), or a function ``triton(x, **params)`` of that
+    lane's text and the present parameters' literals. ``mutants(op)``: extra mutants (default:
+    each parameter moved to ``1.5 p + 0.25``); ``siblings``: unary primitives to swap in,
+    parameters dropped. ``check(params)``: raises an ``ItemError`` for parameters the schema
+    cannot refuse (``coda check`` reports it located at the item).
     """
 
     def values(op) -> dict:
-        return {k: float(op.get(k)) for k in params}
+        return {k: float(op.get(k)) for k in params if op.get(k) is not None}
+
+    def infer(tc, op, ins, tensors):
+        if check is not None:
+            check(values(op))
+        return (broadcast([ins[name]], f"'{name}'"),)
 
     def reference(rt, op, ins, tensors):
-        return (torch(rt, ins[name], **values(op)),)
+        given = dict.fromkeys(params) | values(op)
+        return (torch(rt, ins[name], **given),)
 
     def host(hc, op):
         x = hc.value(op.get(name))
         lits = {k: repr(v) for k, v in values(op).items()}
-        hc.let(op.results[0], [triton.format(x=lane, **lits) for lane in x.lanes])
+        text = triton if callable(triton) else triton.format
+        hc.let(op.results[0], [text(x=lane, **lits) for lane in x.lanes])
 
     def all_mutants(op):
         moved = (
@@ -193,9 +230,11 @@ def parameterised_unary(
         family=ELEMENTWISE,
         summary=summary,
         example=example,
-        schema=item_schema(name, VALUE_REF, dict(params), required=tuple(params)),
+        schema=item_schema(
+            name, VALUE_REF, dict(params), required=tuple(p for p in params if p not in optional)
+        ),
         operands=(name,),
-        infer=_unary_infer(name),
+        infer=infer,
         reference=reference,
         mutants=all_mutants,
         lower=_chain_lower(name, tuple(cute)),

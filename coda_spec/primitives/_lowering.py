@@ -33,6 +33,17 @@ def binary_lower(symbol: str):
     return lower
 
 
+def binary_call_lower(fn: str):
+    """``fn(a, b)``, ``fn`` a :data:`~coda_spec.lower_api.KERNEL_IMPORTS` helper that takes
+    plain values and ``Pair``s alike (``lane_max``)."""
+
+    def lower(lc, op):
+        a, b = (lc.vs(x) for x in op.get(op.prim))
+        lc.let(op.results[0], lc.call(fn, a.expr, b.expr), forms_join(a, b))
+
+    return lower
+
+
 def unary_lower(template: str):
     """The lowering of a unary op from a function name or a ``{x}`` template (module doc)."""
     fields = {f for _, f, _, _ in Formatter().parse(template) if f}
