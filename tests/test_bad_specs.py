@@ -138,7 +138,13 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     ],
     "range_unknown_dim": [(7, 49, "unknown dim 'VV'; did you mean 'V'?")],
     "tile_width_mismatch": [(13, 9, "operand widths differ (tile[4096], tile[2048])")],
-    "row_vector_width": [(14, 9, "operand widths differ (tile[4096], row[11008])")],
+    "row_vector_width": [
+        (
+            14,
+            9,
+            "a row vector needs one value per column: it has 11008 values, the tile has 4096",
+        )
+    ],
     "pair_mixed_widths": [(10, 5, "cannot mix half-width (pair) and double-width (packed)")],
     "rope_freqs_width": [(16, 38, "freqs must be a per-column value of width 64")],
     "dswiglu_z_width": [(14, 27, "z must be 22016 wide (twice the incoming gradient")],

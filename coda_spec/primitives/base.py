@@ -178,11 +178,7 @@ def broadcast(types: list[VType], what: str) -> VType:
             )
     widths = {t.width for t in types if t.kind in ("tile", "row", "group")}
     if len(widths) > 1:
-        shown = ", ".join(t.show() for t in types)
-        raise ItemError(
-            f"{what}: operand widths differ ({shown})",
-            hint="pair halves are W/2 wide; tiles must have equal widths",
-        )
+        _width_error(types, what)
     width = next(iter(widths)) if widths else None
     if "tile" in kinds or "group" in kinds or ("row" in kinds and "col" in kinds):
         return VType("tile", width)
@@ -191,6 +187,31 @@ def broadcast(types: list[VType], what: str) -> VType:
     if "col" in kinds:
         return VType("col")
     return VType("scalar")
+
+
+def _width_error(types: list[VType], what: str):
+    """Operands of unequal widths: a row vector with the wrong number of values (say it needs
+    one per column, and how a per-head vector is repeated), else tiles of unequal widths."""
+    shown = ", ".join(t.show() for t in types)
+    tiles = [t.width for t in types if t.kind in ("tile", "group")]
+    short = [t.width for t in types if t.kind == "row" and tiles and t.width != tiles[0]]
+    if short:
+        n, w = short[0], tiles[0]
+        hint = f"declare the tensor with {w} values, one per column"
+        if w % n == 0:
+            hint += (
+                f"; a per-head vector of {n} values repeats {w // n} times across the {w} "
+                f"columns: pass it repeated (torch: v.repeat({w // n}))"
+            )
+        raise ItemError(
+            f"{what}: a row vector needs one value per column: it has {n} values, the tile "
+            f"has {w} columns ({shown})",
+            hint=hint,
+        )
+    raise ItemError(
+        f"{what}: operand widths differ ({shown})",
+        hint="pair halves are W/2 wide; tiles must have equal widths",
+    )
 
 
 def need_tile(t: VType, what: str, key: str | None = None) -> VType:
