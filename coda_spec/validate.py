@@ -32,6 +32,9 @@ _TYPE_NAMES = {
     "boolean": "true/false",
 }
 
+# Mask dtypes users reach for: the did-you-mean would offer int64 (8 bytes per element).
+_MASK_DTYPES = ("uint8", "bool", "int8", "u8", "i8")
+
 
 def _describe(value) -> str:
     if isinstance(value, bool):
@@ -115,6 +118,11 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
     if v == "enum":
         choices = ", ".join(map(str, error.validator_value))
         hint = did_you_mean(inst, error.validator_value) if isinstance(inst, str) else ""
+        if path[-1:] == ("dtype",) and inst in _MASK_DTYPES:  # not a typo of int64: a mask
+            hint = (
+                f"{inst} tensors are not supported yet (planned for masks); meanwhile pass a "
+                "mask as bf16 0/1 values (2 bytes per element) and multiply by it"
+            )
         return [src.diag(path, f"{_describe(inst)} is not one of: {choices}", hint)]
     if v == "const":
         if path == ("coda",):

@@ -138,6 +138,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     ],
     "range_unknown_dim": [(7, 49, "unknown dim 'VV'; did you mean 'V'?")],
     "tile_width_mismatch": [(13, 9, "operand widths differ (tile[4096], tile[2048])")],
+    "dtype_mask_uint8": [(8, 32, "uint8 tensors are not supported yet (planned for masks)")],
     "row_vector_width": [
         (
             14,
