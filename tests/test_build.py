@@ -74,11 +74,14 @@ def test_spec_builds(built, path):
 
 
 def _epilogue_names(step) -> set:
-    """Chain tensors an epilogue reads (loads) or writes (stores, reductions)."""
+    """Chain tensors an epilogue reads (loads, and index tensors: gather_col's, onehot's,
+    valid's) or writes (stores, reductions)."""
     names = set()
     for op in step.epilogue:
-        if op.prim.startswith("load_") or op.prim == "gather_col":
-            names.add(op.get(op.prim) if op.prim != "gather_col" else op.get("index"))
+        if op.prim.startswith("load_") or op.prim in ("onehot", "valid"):
+            names.add(op.get(op.prim))
+        elif op.prim == "gather_col":
+            names.add(op.get("index"))
         elif op.prim == "store":
             names.add(op.get("to"))
         elif op.prim.startswith("reduce_") or op.prim == "prepass":
@@ -100,7 +103,7 @@ def test_manifest_epilogue_arguments_are_the_specs(built, path):
         k = kernels[step.name]
         order = [f for f in k["field_order"] if not f.startswith("split_k_")]
         assert sorted(order) == sorted(f["name"] for f in k["fields"])
-        bound = {f["tensor"] for f in k["fields"]}
+        bound = {f["tensor"] for f in k["fields"] if f["tensor"]}  # "": the column table
         bound |= {x[0] for x in (k["d"], k["c"]) if x}
         assert bound == _epilogue_names(step), step.name
         for f in k["fields"]:

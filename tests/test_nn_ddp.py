@@ -48,6 +48,7 @@ def _worker(rank: int, how: str, builds: dict, store: str, out: str) -> None:
             grads = {n: g.full_tensor() for n, g in grads.items()}
         if rank == 0:
             torch.save(grads, out)
+        dist.barrier()  # no rank tears gloo down while another still talks to it
     finally:
         dist.destroy_process_group()
 
