@@ -194,9 +194,12 @@ def test_a_missing_recompute_build_names_its_command(builds):
     LlamaForCausalLM(config(True), builds=builds)  # the plain model needs none of them
 
 
-def test_the_patch_matches_transformers_and_keeps_its_state_dict(builds, hf_fp64):
+@pytest.mark.parametrize("recompute", [False, True], ids=["saved", "recompute"])
+def test_the_patch_matches_transformers_and_keeps_its_state_dict(all_builds, hf_fp64, recompute):
     hf = hf_model(tied=False)
-    patched = apply_to_hf_llama(copy.deepcopy(hf), builds=builds)
+    patched = apply_to_hf_llama(copy.deepcopy(hf), builds=all_builds, recompute=recompute)
+    loaded = {n for n in ops._OPS if n in all_builds}  # the chains the patch made ops of
+    assert loaded == {RECOMPUTE.get(n, n) if recompute else n for n in CHAINS}
     before = {k: v.clone() for k, v in patched.state_dict().items()}
     ids, labels = batch()
     want = hf_loss(hf, ids, labels)
