@@ -18,6 +18,10 @@ Modes:
 * ``coda``: ``coda_spec.nn.LlamaForCausalLM`` (the bundled llama3 chains), eager.
 * ``coda-compile``: the same under ``torch.compile(fullgraph=True)``.
 * ``coda-graphs``: ``torch.compile(mode="reduce-overhead")``: the step replayed as CUDA graphs.
+* ``coda-recompute``, ``coda-recompute-compile``: ``coda`` and ``coda-compile`` with
+  ``recompute=True`` (the MLP's z1 recomputed in the backward: ``specs/*_recompute.yaml``, built
+  by ``coda build specs/llama3_first.yaml specs/llama3_layer_recompute.yaml
+  specs/llama3_last_recompute.yaml``).
 
 Step kinds: ``fwdbwd`` (forward, loss, backward) and ``adamw`` (the same, then a fused AdamW step
 on fp32 master weights: bf16 weights compute, their gradients are cast to fp32, AdamW updates
@@ -74,7 +78,17 @@ ONE_B = {
         "original_max_position_embeddings": 8192,
     },
 }
-MODES = ("hf", "hf-compile", "hf-compile-nomask", "liger", "coda", "coda-compile", "coda-graphs")
+MODES = (
+    "hf",
+    "hf-compile",
+    "hf-compile-nomask",
+    "liger",
+    "coda",
+    "coda-compile",
+    "coda-graphs",
+    "coda-recompute",
+    "coda-recompute-compile",
+)
 GEMM_NAMES = ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "GemmSm90", "kernel_cutlass")
 ATTN_NAMES = ("flash", "fmha", "attention")
 
@@ -123,7 +137,7 @@ def make(mode: str, cfg, builds: str):
     if mode.startswith("coda"):
         from coda_spec.nn import LlamaForCausalLM as CodaLlama
 
-        model = CodaLlama.from_hf(hf, builds=builds)
+        model = CodaLlama.from_hf(hf, builds=builds, recompute="recompute" in mode)
         del hf
         fn = model
     else:
@@ -134,7 +148,7 @@ def make(mode: str, cfg, builds: str):
 
     if mode in ("hf-compile", "hf-compile-nomask"):
         fn = torch.compile(fn)
-    elif mode == "coda-compile":
+    elif mode in ("coda-compile", "coda-recompute-compile"):
         fn = torch.compile(fn, fullgraph=True)
     elif mode == "coda-graphs":
         fn = torch.compile(fn, fullgraph=True, mode="reduce-overhead")
@@ -181,7 +195,7 @@ def child(args) -> dict:
     ids = torch.randint(0, cfg.vocab_size, (b, s), device="cuda", generator=g)
     labels = ids.clone()
     saved = None
-    if args.mode in ("hf", "liger", "coda"):
+    if args.mode in ("hf", "liger", "coda", "coda-recompute"):
         saved = saved_bytes(fn, ids, labels, params)
     opt = masters = None
     if args.kind == "adamw":

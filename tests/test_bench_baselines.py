@@ -142,7 +142,17 @@ def _backward_check(checked, sizes, b, tol: float) -> None:
         assert _rel(g, want[name]) <= tol, name
 
 
-@pytest.mark.parametrize("stem", ["llama_block", "llama3_first", "llama3_layer", "llama3_last"])
+LLAMA_STEMS = [
+    "llama_block",
+    "llama3_first",
+    "llama3_layer",
+    "llama3_last",
+    "llama3_layer_recompute",
+    "llama3_last_recompute",
+]
+
+
+@pytest.mark.parametrize("stem", LLAMA_STEMS)
 def test_eager_llama_autograd_equals_backward(stem):
     checked, sizes = _case(stem)
     _backward_check(checked, sizes, eager(checked, sizes), 1e-6)

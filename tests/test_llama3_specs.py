@@ -1,4 +1,5 @@
-"""The Llama-3 specs (``specs/llama3_{first,layer,last}.yaml``) as torch ops on the CPU.
+"""The Llama-3 specs (``specs/llama3_{first,layer,last}.yaml`` and the ``_recompute`` variants of
+the last two) as torch ops on the CPU.
 
 A build is the CPU tests' fake one (``tests.test_runtime_cpu.make_build``) at a tiny GQA shape
 (``test_runtime_cpu.LLAMA3``: D 256, F 512, 4 query and 2 KV heads of 64, V 1024); the op's CPU
@@ -7,9 +8,10 @@ kernels are the reference interpreter, in fp64 when every floating input is fp64
 * gradcheck of each chain's op in fp64 (M = 8): its backward section is the derivative of its
   forward, through ``coda_spec.op``'s autograd;
 * the three chains composed as a two-layer model (first -> layer -> last, with a stand-in for
-  attention) give the loss, the embedding gradient and every weight gradient of a plain-torch
-  fp64 Llama written from the same math (Meta's interleaved RoPE, SwiGLU on interleaved gate/up
-  rows, mean cross-entropy over the valid tokens).
+  attention; with the saved z1 and with the recompute chains) give the loss, the embedding
+  gradient and every weight gradient of a plain-torch fp64 Llama written from the same math
+  (Meta's interleaved RoPE, SwiGLU on interleaved gate/up rows, mean cross-entropy over the valid
+  tokens).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ DIFFERENTIABLE = {  # spec -> the outputs a loss reads (the others are statistic
     "llama3_first": ("qkv",),
     "llama3_layer": ("x2", "qkv"),
     "llama3_last": ("lse", "target_logit"),
+    "llama3_layer_recompute": ("x2", "qkv"),
+    "llama3_last_recompute": ("lse", "target_logit"),
 }
 
 
@@ -144,10 +148,11 @@ def _coda_llama(first, layer, last, w: dict, pos, target, dims: dict):
     return nll.sum() / valid.sum()
 
 
-def test_composed_chains_are_a_plain_llama(build):
+@pytest.mark.parametrize("recompute", [False, True], ids=["saved", "recompute"])
+def test_composed_chains_are_a_plain_llama(build, recompute):
     """first -> layer -> last as a two-layer model: the loss and every gradient (embeddings
     included) equal plain torch's in fp64, with an ignored target and positions of two
-    sequences."""
+    sequences; with ``recompute``, through the chains that recompute the MLP's z1."""
     dims = rt.LLAMA3
     gen = torch.Generator().manual_seed(0)
     w = {k: v.requires_grad_(True) for k, v in _weights(dims, gen).items()}
@@ -156,7 +161,10 @@ def test_composed_chains_are_a_plain_llama(build):
     target[3] = -100
     want = _plain_llama(w, pos, target, dims)
     want_grads = torch.autograd.grad(want, list(w.values()))
-    ops_ = [build(name)[0] for name in ("llama3_first", "llama3_layer", "llama3_last")]
+    names = ("llama3_first", "llama3_layer", "llama3_last")
+    if recompute:
+        names = (names[0], *(f"{n}_recompute" for n in names[1:]))
+    ops_ = [build(name)[0] for name in names]
     got = _coda_llama(*ops_, w, pos, target, dims)
     got_grads = torch.autograd.grad(got, list(w.values()))
     torch.testing.assert_close(got, want, rtol=1e-10, atol=0)

@@ -27,7 +27,7 @@ from transformers.models.llama import modeling_llama  # noqa: E402
 
 from coda_spec import ops  # noqa: E402
 from coda_spec.nn import LlamaForCausalLM, apply_to_hf_llama, layout  # noqa: E402
-from coda_spec.nn.llama import CHAINS  # noqa: E402
+from coda_spec.nn.llama import CHAINS, RECOMPUTE  # noqa: E402
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_runtime_cpu as rt  # noqa: E402
 
@@ -55,6 +55,16 @@ def builds(tmp_path, monkeypatch):
     monkeypatch.setattr(ops, "_OPS", {})
     out = {}
     for name in CHAINS:
+        monkeypatch.setitem(rt.SPECS, name, (rt.ROOT / "specs" / f"{name}.yaml", {}))
+        out[name], _ = rt.make_build(tmp_path, name)
+    return out
+
+
+@pytest.fixture
+def all_builds(builds, tmp_path, monkeypatch):
+    """``builds`` and the recompute chains' CPU builds (``recompute=True``)."""
+    out = dict(builds)
+    for name in RECOMPUTE.values():
         monkeypatch.setitem(rt.SPECS, name, (rt.ROOT / "specs" / f"{name}.yaml", {}))
         out[name], _ = rt.make_build(tmp_path, name)
     return out
@@ -113,10 +123,17 @@ def coda_grads_as_hf(model: LlamaForCausalLM) -> dict:
     return layout.to_hf_state_dict(grads, model.shape)
 
 
+@pytest.mark.parametrize("recompute", [False, True], ids=["saved", "recompute"])
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_from_hf_matches_transformers_in_fp64(builds, hf_fp64, tied):
+def test_from_hf_matches_transformers_in_fp64(all_builds, hf_fp64, tied, recompute):
+    """The loss and every gradient equal transformers' to 1e-10; ``recompute=True`` (the MLP's
+    z1 recomputed in the backward) through the recompute chains (``RECOMPUTE``), not the plain
+    ones."""
     hf = hf_model(tied)
-    coda = LlamaForCausalLM.from_hf(hf, builds=builds)
+    coda = LlamaForCausalLM.from_hf(hf, builds=all_builds, recompute=recompute)
+    assert coda.recompute == recompute
+    served = {role: op.chain.name for role, op in coda.chains.items()}
+    assert served == {n: RECOMPUTE.get(n, n) if recompute else n for n in CHAINS}
     ids, labels = batch()
     want = hf_loss(hf, ids, labels)
     want.backward()
@@ -132,10 +149,60 @@ def test_from_hf_matches_transformers_in_fp64(builds, hf_fp64, tied):
     assert max(worst.values()) <= 1e-10, worst
 
 
+def test_recompute_chains_save_h1_not_z1(all_builds):
+    """The recompute chains' ``backward.save`` (what autograd keeps) has h1 and no z1, and their
+    forward returns no z1; the plain chains save z1 (the model picks the chain per flag)."""
+    for recompute, saves, lacks in ((False, "z1", "h1"), (True, "h1", "z1")):
+        coda = LlamaForCausalLM(config(True), builds=all_builds, recompute=recompute)
+        for role in ("llama3_layer", "llama3_last"):
+            op = coda.chains[role]
+            assert saves in op.chain.saved and lacks not in op.chain.saved, (role, recompute)
+            assert ("z1" in op.returns) != recompute, role  # a saved z1 is returned
+
+
+def test_recompute_saves_fewer_bytes_per_token(all_builds):
+    """What autograd keeps for the backward (``saved_tensors_hooks``): recompute saves, per
+    layer and token, 2F - D fewer elements (z1's M x 2F replaced by h1's M x D)."""
+    hf = hf_model(tied=True)
+    ids, labels = batch()
+
+    def saved_bytes(recompute: bool) -> int:
+        coda = LlamaForCausalLM.from_hf(hf, builds=all_builds, recompute=recompute)
+        seen: dict = {}
+
+        def pack(t):
+            seen[id(t)] = t.numel() * t.element_size()  # by object: a weight counts once
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            coda(ids, labels)
+        return sum(seen.values())
+
+    d, f, layers = TINY["hidden_size"], TINY["intermediate_size"], TINY["num_hidden_layers"]
+    fewer = layers * B * S * (2 * f - d) * torch.float64.itemsize
+    assert saved_bytes(False) - saved_bytes(True) == fewer
+
+
+def test_a_missing_recompute_build_names_its_command(builds):
+    """The plain builds only: ``recompute=True`` names the recompute chain and the build."""
+    want = (
+        "no build of llama3_layer_recompute .* coda build specs/llama3_first.yaml "
+        "specs/llama3_layer_recompute.yaml specs/llama3_last_recompute.yaml"
+    )
+    with pytest.raises(CodaRuntimeError, match=want):
+        LlamaForCausalLM(config(True), builds=builds, recompute=True)
+    LlamaForCausalLM(config(True), builds=builds)  # the plain model needs none of them
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["saved", "recompute"])
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_the_patch_matches_transformers_and_keeps_its_state_dict(builds, hf_fp64, tied):
+def test_the_patch_matches_transformers_and_keeps_its_state_dict(
+    all_builds, hf_fp64, tied, recompute
+):
     hf = hf_model(tied)
-    patched = apply_to_hf_llama(copy.deepcopy(hf), builds=builds)
+    patched = apply_to_hf_llama(copy.deepcopy(hf), builds=all_builds, recompute=recompute)
+    loaded = {n for n in ops._OPS if n in all_builds}  # the chains the patch made ops of
+    assert loaded == {RECOMPUTE.get(n, n) if recompute else n for n in CHAINS}
     before = {k: v.clone() for k, v in patched.state_dict().items()}
     ids, labels = batch()
     want = hf_loss(hf, ids, labels)

@@ -119,6 +119,13 @@ def _eager_llama3_layer(t, sizes):
     return _eager_llama_block(t, sizes, LLAMA3_EPS)
 
 
+def _eager_llama3_layer_recompute(t, sizes):
+    """llama3_layer's eager math; the recompute chain does not return z1."""
+    out = _eager_llama_block(t, sizes, LLAMA3_EPS)
+    del out["z1"]
+    return out
+
+
 def _eager_llama3_last(t, sizes):
     """The last layer into the LM head: the logits are written (as unfused code does) and the
     statistics taken from them in fp32; autograd gives the backward."""
@@ -190,7 +197,11 @@ EAGER = MappingProxyType(
         "f8_scale": Impl(_eager_f8),
         "llama3_first": Impl(_eager_llama3_first, rope_tables, _EAGER_ROPE_NOTE),
         "llama3_last": Impl(_eager_llama3_last),
+        "llama3_last_recompute": Impl(_eager_llama3_last),  # the same outputs as llama3_last
         "llama3_layer": Impl(_eager_llama3_layer, rope_tables, _EAGER_ROPE_NOTE),
+        "llama3_layer_recompute": Impl(
+            _eager_llama3_layer_recompute, rope_tables, _EAGER_ROPE_NOTE
+        ),
         "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
         "rmsnorm_chain": Impl(_eager_rmsnorm_chain),
     }

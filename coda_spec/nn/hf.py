@@ -42,14 +42,14 @@ def hf_layer(layer, shape: LlamaShape) -> dict:
     }
 
 
-def apply_to_hf_llama(model, builds="build", tuned=None):
+def apply_to_hf_llama(model, builds="build", tuned=None, recompute: bool = False):
     """Patch ``model`` (a transformers ``LlamaForCausalLM``) in place to train through coda's
-    chains (the module docstring); returns it. ``builds``, ``tuned``: as
+    chains (the module docstring); returns it. ``builds``, ``tuned``, ``recompute``: as
     ``coda_spec.nn.LlamaForCausalLM``'s."""
     from transformers.modeling_outputs import CausalLMOutputWithPast  # the patched model's own
 
     shape = LlamaShape.of(model.config)
-    chains = chain_ops(shape, builds, tuned)
+    chains = chain_ops(shape, builds, tuned, recompute=recompute)
     original = model.forward
     tables: dict = {}  # (dtype, device) -> RoPE table: the model may move after the patch
 

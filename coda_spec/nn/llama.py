@@ -21,6 +21,11 @@ whose dims its kernels support, re-sized at load (``coda_spec.ops.resized``); co
 model loads builds and never compiles. A config no build can serve is a ``CodaRuntimeError``
 naming the ``coda build`` to run.
 
+Memory: ``recompute=True`` runs the layers through ``llama3_layer_recompute`` and
+``llama3_last_recompute``, which save ``h1`` (M x D) instead of the gate/up pre-activation ``z1``
+(M x 2F) and recompute ``z1`` in the backward with one more GEMM per layer; their inputs and the
+outputs the model reads are the plain chains', so :func:`causal_lm_loss` is the same.
+
 Dtypes: on the GPU the weights are bf16 (the chains' declared dtypes); on the CPU the chains run
 their reference in fp64 or fp32 when every floating input has that dtype (CI's parity tests),
 so the model's parameters, its RoPE table and its residual stream take the model's dtype.
@@ -40,7 +45,18 @@ from coda_spec.nn import layout
 from coda_spec.runtime import Chain, CodaRuntimeError, load
 
 CHAINS = ("llama3_first", "llama3_layer", "llama3_last")
-BUILD_COMMAND = "coda build specs/llama3_first.yaml specs/llama3_layer.yaml specs/llama3_last.yaml"
+# recompute=True: the chain that serves each role (the same inputs and outputs the model reads;
+# the MLP's gate/up pre-activation recomputed in the backward instead of saved)
+RECOMPUTE = {"llama3_layer": "llama3_layer_recompute", "llama3_last": "llama3_last_recompute"}
+
+
+def build_command(recompute: bool = False) -> str:
+    """The ``coda build`` that makes the chains a model needs."""
+    names = [RECOMPUTE.get(n, n) if recompute else n for n in CHAINS]
+    return "coda build " + " ".join(f"specs/{n}.yaml" for n in names)
+
+
+BUILD_COMMAND = build_command()
 IGNORE_INDEX = -100
 
 
@@ -146,19 +162,22 @@ def rope_table(shape: LlamaShape, dtype=torch.float32, device=None) -> torch.Ten
     return torch.cat([qk, v]).to(dtype=dtype, device=device)
 
 
-def chain_ops(shape: LlamaShape, builds="build", tuned=None) -> dict:
-    """The three chains' ops at ``shape``'s dims: ``builds`` is a build root (their ``-latest``
-    builds) or ``{chain name: build directory or Chain}``. Loads and re-sizes; compiles
-    nothing."""
+def chain_ops(shape: LlamaShape, builds="build", tuned=None, recompute: bool = False) -> dict:
+    """The three chains' ops at ``shape``'s dims, keyed by role (``CHAINS``): ``builds`` is a
+    build root (their ``-latest`` builds) or ``{chain name: build directory or Chain}``.
+    ``recompute``: the layer and last roles are served by ``RECOMPUTE``'s chains (looked up under
+    their own names). Loads and re-sizes; compiles nothing."""
+    command = build_command(recompute)
     got = {}
-    for name in CHAINS:
+    for role in CHAINS:
+        name = RECOMPUTE.get(role, role) if recompute else role
         where = (
             builds.get(name) if isinstance(builds, dict) else builddir.latest(Path(builds), name)
         )
         if where is None or not (isinstance(where, Chain) or Path(where, "manifest.json").exists()):
             raise CodaRuntimeError(
                 f"no build of {name} at {where if where is not None else builds}; run "
-                f"{BUILD_COMMAND} (docs/training.md)"
+                f"{command} (docs/training.md)"
             )
         chain = where if isinstance(where, Chain) else load(where, tuned)
         dims = {k: v for k, v in shape.dims.items() if k in chain.manifest.static}
@@ -167,9 +186,9 @@ def chain_ops(shape: LlamaShape, builds="build", tuned=None) -> dict:
         if eps != {shape.eps}:
             raise CodaRuntimeError(
                 f"{name}'s norms use eps {sorted(eps)}; this config's rms_norm_eps is "
-                f"{shape.eps}: build a copy of the spec with that eps ({BUILD_COMMAND})"
+                f"{shape.eps}: build a copy of the spec with that eps ({command})"
             )
-        got[name] = op
+        got[role] = op
     return got
 
 
@@ -246,15 +265,27 @@ class LlamaForCausalLM(torch.nn.Module):
     """A Llama-3 causal LM from the bundled chains (the module docstring).
 
     ``config``: a transformers ``LlamaConfig`` or :class:`LlamaConfig`. ``builds``: a build root
-    or ``{chain name: build}`` (:func:`chain_ops`). Parameters are created in ``dtype`` on
-    ``device`` with transformers' initialisation (normal(0, 0.02), norms at 1); load weights with
-    :meth:`from_hf` or :meth:`load_hf_state_dict`."""
+    or ``{chain name: build}`` (:func:`chain_ops`). ``recompute=True``: every layer's MLP
+    recomputes its gate/up pre-activation in the backward (one more GEMM per layer) instead of
+    saving it, through ``llama3_layer_recompute`` and ``llama3_last_recompute`` (docs/training.md,
+    "Recompute"). Parameters are created in ``dtype`` on ``device`` with transformers'
+    initialisation (normal(0, 0.02), norms at 1); load weights with :meth:`from_hf` or
+    :meth:`load_hf_state_dict`."""
 
-    def __init__(self, config, builds="build", tuned=None, dtype=torch.bfloat16, device=None):
+    def __init__(
+        self,
+        config,
+        builds="build",
+        tuned=None,
+        dtype=torch.bfloat16,
+        device=None,
+        recompute: bool = False,
+    ):
         super().__init__()
         self.config = config
+        self.recompute = bool(recompute)
         self.shape = sh = LlamaShape.of(config)
-        self.chains = chain_ops(sh, builds, tuned)
+        self.chains = chain_ops(sh, builds, tuned, recompute=self.recompute)
         kw = {"dtype": dtype, "device": device}
         qkv_rows = (sh.heads + 2 * sh.kv_heads) * sh.head_dim
         self.embed_tokens = torch.nn.Embedding(sh.vocab, sh.hidden, **kw)
