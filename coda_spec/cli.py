@@ -712,11 +712,13 @@ def schema():
 
 @main.command(short_help="List the epilogue primitives with an example each.")
 def primitives():
-    """List every epilogue primitive with its family and one-line summary."""
+    """List every epilogue primitive with its family, one-line summary, an example and where it
+    lowers (GEMM epilogues, host steps)."""
 
     for name, p in sorted(registry().items(), key=lambda kv: (kv[1].family, kv[0])):
         click.echo(f"{p.family:<12} {name:<14} {p.summary}")
         click.echo(f"{'':<27} e.g. {p.example.lstrip('- ')}")
+        click.echo(f"{'':<27} lowers in: {p.lowers_in()}")
 
 
 def run():

@@ -59,17 +59,6 @@ def _parameters(p) -> str:
     return "Parameters: " + "; ".join(shown) + "." if shown else ""
 
 
-def _lowers_in(p) -> str:
-    """``Lowers in: ...``: GEMM epilogues (less the pairing modes it refuses), host steps."""
-    places = []
-    if p.lower is not None:
-        no = " or ".join(m for m in p.no_mode)
-        places.append("GEMM epilogues" + (f" (not in {no} kernels)" if no else ""))
-    if p.host is not None:
-        places.append("host steps")
-    return "Lowers in: " + " and ".join(places) + "."
-
-
 def render() -> str:
     prims = registry()
     out = [
@@ -92,7 +81,7 @@ def render() -> str:
             if body:
                 out += [body, ""]
             out += [f"Reads values: {ports}. Reads chain tensors: {tensors}.", ""]
-            out += [_lowers_in(p), ""]
+            out += [f"Lowers in: {p.lowers_in()}.", ""]
             params = _parameters(p)
             if params:
                 out += [params, ""]

@@ -385,3 +385,21 @@ def test_force_replaces_a_complete_build(tmp_path, force):
     builddir.publish(tmp, final, replace=force)
     assert (final / "manifest.json").read_text() == ("new" if force else "old")
     assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]
+
+
+def test_primitives_says_where_each_lowers():
+    """``coda primitives`` gives, per primitive, where it lowers (issue 22 item 3): the same
+    fact docs/spec-language.md's "Lowers in:" lines give (``Primitive.lowers_in``)."""
+    got = CliRunner().invoke(cli.main, ["primitives"])
+    assert got.exit_code == 0, got.output
+    lines = got.output.splitlines()
+    where = {
+        lines[i].split()[1]: lines[i + 2].strip()
+        for i in range(0, len(lines), 3)
+        if lines[i + 2].strip().startswith("lowers in: ")
+    }
+    assert len(where) == len(lines) // 3
+    assert (
+        where["onehot"] == "lowers in: GEMM epilogues (not in packed_pair kernels) and host steps"
+    )
+    assert where["reduce_col"] == "lowers in: GEMM epilogues"  # a column sum spans programs

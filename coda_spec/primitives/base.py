@@ -126,6 +126,17 @@ class Primitive:
             )
         return None
 
+    def lowers_in(self) -> str:
+        """Where it lowers, for people (``coda primitives``, docs/spec-language.md): GEMM
+        epilogues (less the pairing modes it refuses) and/or host steps."""
+        places = []
+        if self.lower is not None:
+            no = " or ".join(self.no_mode)
+            places.append("GEMM epilogues" + (f" (not in {no} kernels)" if no else ""))
+        if self.host is not None:
+            places.append("host steps")
+        return " and ".join(places) or "nowhere (the reference only)"
+
     @property
     def in_prepass(self) -> bool:
         """Whether its lowering can be re-emitted in a prepass fn (elementwise items and the
