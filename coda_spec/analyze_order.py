@@ -256,6 +256,7 @@ def check_outputs(
     src, outputs, tensors, produced, diags, section=("outputs",), failed=(), steps=()
 ):
     sites = _value_sites(steps, registry())
+    noun = "gradient" if section[:1] == ("backward",) else "output"  # a backward output is one
     for o in outputs:
         path = section + (o.name,)
         info = tensors.get(o.name)
@@ -265,19 +266,19 @@ def check_outputs(
             diags.append(
                 src.diag(
                     path,
-                    f"output '{o.name}' is a chain input; outputs are tensors the steps write",
+                    f"{noun} '{o.name}' is a chain input; outputs are tensors the steps write",
                     did_you_mean(o.name, produced) or "remove it from outputs",
                     key=True,
                 )
             )
         elif o.name not in produced:
             hint = _store_hint(o.name, sites) or did_you_mean(o.name, produced)
-            diags.append(src.diag(path, f"output '{o.name}' is never written", hint, key=True))
+            diags.append(src.diag(path, f"{noun} '{o.name}' is never written", hint, key=True))
         elif info.origin == "partial":
             diags.append(
                 src.diag(
                     path,
-                    f"output '{o.name}' is a reduction partial",
+                    f"{noun} '{o.name}' is a reduction partial",
                     "finalize it and output the finalized name",
                     key=True,
                 )
@@ -286,7 +287,7 @@ def check_outputs(
             diags.append(
                 src.diag(
                     path,
-                    f"output '{o.name}' is declared {o.dtype} but step "
+                    f"{noun} '{o.name}' is declared {o.dtype} but step "
                     f"'{info.producer}' writes {info.dtype}",
                     "make the store's dtype and the output agree",
                 )

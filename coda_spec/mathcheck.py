@@ -157,6 +157,11 @@ def _proof(section: str, c, rtol: float) -> Proof:
     return Proof(section, c.output, status, c.rel_err, c.max_abs)
 
 
+def _named(p) -> str:
+    """A proof's subject as users name it: a forward output, or a gradient (a backward one)."""
+    return f"gradient '{p.output}'" if p.section == "backward" else f"forward output '{p.output}'"
+
+
 def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
     """One located error per failed proof (see the module docstring for where each points)."""
 
@@ -182,11 +187,11 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
         if p.status == "mismatch":
             what = "equivalent_to" if p.section == "forward" else "autograd of equivalent_to"
             msg = (
-                f"{p.section} output '{p.output}' differs from {what}: rel_err {p.rel_err:.2e}, "
+                f"{_named(p)} differs from {what}: rel_err {p.rel_err:.2e}, "
                 f"max abs err {p.max_abs:.2e} (fp64, {dims}, seed {report.seed})"
             )
         else:
-            msg = f"{p.section} output '{p.output}' is not proven: {p.note}"
+            msg = f"{_named(p)} is not proven: {p.note}"
         if p.section == "forward" and p.output in assigned:
             hint = (
                 "the fused steps compute something else than this line states; fix the steps "
