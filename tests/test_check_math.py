@@ -61,9 +61,7 @@ def test_wrong_backward_passes_check_but_not_math():
     assert res.exit_code == EXIT_MISMATCH, res.output
     lines = path.read_text().splitlines()
     store_dz = next(i for i, t in enumerate(lines, 1) if "{store: dz}" in t)
-    assert f"{path}:{store_dz}:11: error: backward.steps[0].body[3]: gradient 'dz'" in (
-        res.output
-    )
+    assert f"{path}:{store_dz}:11: error: backward.steps[0].body[3]: gradient 'dz'" in (res.output)
     assert sorted(re.findall(r"gradient '(\w+)' differs", res.output)) == [
         "dh",
         "dw_gu",
