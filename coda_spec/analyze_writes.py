@@ -113,16 +113,27 @@ def check_unused(w, spec, outputs, warnings):
                 derived_from |= free_names(parse(t.derive, single_expression=True))
             except ExprError:
                 pass  # reported by the program checks
+    stated = set()  # what equivalent_to reads: an input only it reads is named as such
+    if spec.equivalent_to:
+        try:
+            stated = free_names(parse(spec.equivalent_to))
+        except ExprError:
+            pass  # reported by the program checks
     for t in spec.tensors:
         saved = spec.backward and t.name in spec.backward.save
         if t.name not in w.read and t.name not in derived_from and not saved:
+            message, hint = f"input '{t.name}' is never read", ""
+            if t.name in stated:
+                message = f"input '{t.name}' is read only by equivalent_to, by no step"
+                hint = "a step that should read it does not, or equivalent_to does not need it"
             warnings.append(
                 Diagnostic(
                     w.src.file,
                     t.loc.line,
                     t.loc.col,
                     f"tensors.{t.name}",
-                    f"input '{t.name}' is never read",
+                    message,
+                    hint,
                     severity="warning",
                 )
             )

@@ -183,3 +183,21 @@ def test_math_shrinks_only_to_dims_a_derive_follows():
     res = coda_check("--math", ROOT / "tests" / "specs_extra" / "ragged_fixed_derive.yaml")
     assert res.exit_code == EXIT_OK, res.output
     assert "forward outputs equal equivalent_to" in res.output
+
+
+def test_an_input_only_equivalent_to_reads_is_named_so():
+    """``never read`` counts equivalent_to's reads (issue 22 item 8): an input no step reads but
+    equivalent_to does gets its own warning, located at the tensor; one nothing reads keeps the
+    plain one."""
+    text = (ROOT / "specs" / "f8_scale.yaml").read_text()
+    spec = text.replace("tensors:\n", "tensors:\n  extra: {shape: [M], dtype: fp32}\n", 1)
+    only_eq = spec.replace(
+        "  y_dev = alpha * (x @ w.T)", "  y_dev = alpha * (x @ w.T) + 0.0 * extra[:, None]"
+    )
+    for body, want in (
+        (spec, "input 'extra' is never read"),
+        (only_eq, "input 'extra' is read only by equivalent_to, by no step"),
+    ):
+        checked = checked_text(body, "t.yaml")
+        (w,) = [w for w in checked.analysis.warnings if "'extra'" in w.message]
+        assert w.message == want and w.path == "tensors.extra" and w.line > 0
