@@ -29,6 +29,9 @@ from coda_spec.errors import did_you_mean
 FUNCTIONS = {
     "matmul": "matrix product (same as @)",
     "rms_norm": "rms_norm(x, weight, eps): x * rsqrt(mean(x^2, -1) + eps) * weight",
+    "layer_norm": "layer_norm(x, weight, bias, eps): (x - mean) * rsqrt(var + eps) * weight + "
+    "bias over the last dim (weight, bias may be None)",
+    "var": "var(x, dim): the population variance, mean((x - mean(x))^2) (torch's correction=0)",
     "silu": "x * sigmoid(x)",
     "sigmoid": "logistic",
     "relu": "max(x, 0)",

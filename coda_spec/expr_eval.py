@@ -19,6 +19,14 @@ def _rms_norm(x, weight, eps):
     return F.rms_norm(x, (x.shape[-1],), weight, float(eps))
 
 
+def _layer_norm(x, weight, bias, eps):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, float(eps))
+
+
+def _var(x, dim=None):
+    return torch.var(x, correction=0) if dim is None else torch.var(x, dim, correction=0)
+
+
 def _rotary(x, theta):
     xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
     rot = torch.polar(torch.ones_like(theta), theta)
@@ -41,6 +49,8 @@ def _sum(x, dim=None):
 FUNCS = {
     "matmul": torch.matmul,
     "rms_norm": _rms_norm,
+    "layer_norm": _layer_norm,
+    "var": _var,
     "silu": F.silu,
     "sigmoid": torch.sigmoid,
     "relu": torch.relu,
