@@ -69,6 +69,23 @@ def torch_dtype(name: str):
     return getattr(torch, dtype(name).torch_name)
 
 
+def round_to(x, name: str):
+    """``x`` rounded to the spec dtype ``name`` and returned in ``x``'s own dtype (imports torch).
+
+    Round to nearest even, as the kernels' ``cvt`` instructions do. fp8 saturates: values past the
+    format's largest finite value (448 for e4m3, 57344 for e5m2) become it, with their sign, as an
+    fp8 ``store`` does; NaN stays NaN. The one rounding rule of the reference's ``cast`` and
+    stores and of the math language's ``bf16(x)``/``fp16(x)``/``fp8_e4m3(x)``/``fp8_e5m2(x)``.
+    """
+    import torch
+
+    low = torch_dtype(name)
+    if dtype(name).kind == "fp8":
+        big = torch.finfo(low).max
+        x = x.clamp(-big, big)
+    return x.to(low).to(x.dtype)
+
+
 def __getattr__(attr: str):
     # PEP 562: ``TORCH_DTYPES`` is made on lookup, so importing this module imports no torch.
     if attr == "TORCH_DTYPES":

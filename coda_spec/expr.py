@@ -62,6 +62,21 @@ FUNCTIONS = {
     "apply_rotary_emb": "Llama's interleaved RoPE: x pairs as complex numbers times "
     "exp(i * theta), theta of shape [rows, W/2]",
     "vjp": "vjp(y, x, dy): vector-Jacobian product dy^T dy/dx by torch.autograd",
+    "bf16": "bf16(x): x rounded to bfloat16 (nearest even), as a cast to bf16 rounds",
+    "fp16": "fp16(x): x rounded to float16 (nearest even)",
+    "fp8_e4m3": "fp8_e4m3(x): x rounded to fp8 e4m3 (nearest even), saturating at +-448",
+    "fp8_e5m2": "fp8_e5m2(x): x rounded to fp8 e5m2 (nearest even), saturating at +-57344",
+}
+ROUNDINGS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # the functions that round (dtype names)
+# torch's spellings of a rounding, as a method (x.bfloat16()) or a function (bfloat16(x))
+TORCH_ROUNDINGS = {
+    "bfloat16": "bf16",
+    "half": "fp16",
+    "float16": "fp16",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e4m3": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+    "to": "bf16",
 }
 METHODS = ("flatten", "reshape", "unsqueeze", "sum", "mean", "amax", "abs")
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow)
@@ -161,7 +176,8 @@ def _check_node(node, inputs, dims, defined, problems):
         elif isinstance(n, ast.Call):
             if isinstance(n.func, ast.Name):
                 if n.func.id not in FUNCTIONS:
-                    bad(n, f"unknown function '{n.func.id}'", did_you_mean(n.func.id, FUNCTIONS))
+                    hint = _rounding_hint(n.func.id) or did_you_mean(n.func.id, FUNCTIONS)
+                    bad(n, f"unknown function '{n.func.id}'", hint)
                 elif n.func.id == "vjp" and (
                     len(n.args) != 3
                     or not isinstance(n.args[1], ast.Name)
@@ -170,7 +186,8 @@ def _check_node(node, inputs, dims, defined, problems):
                     bad(n, "vjp(y, x, dy) needs x to be a chain input name")
             elif isinstance(n.func, ast.Attribute):
                 if n.func.attr not in METHODS:
-                    bad(n, f"unknown method '.{n.func.attr}()'", did_you_mean(n.func.attr, METHODS))
+                    hint = _rounding_hint(n.func.attr) or did_you_mean(n.func.attr, METHODS)
+                    bad(n, f"unknown method '.{n.func.attr}()'", hint)
             else:
                 bad(n, "only named functions can be called")
         elif isinstance(n, ast.Attribute):
@@ -199,6 +216,17 @@ def _check_node(node, inputs, dims, defined, problems):
             ),
         ):
             bad(n, f"{type(n).__name__} is not allowed in equivalence programs")
+
+
+def _rounding_hint(name: str) -> str:
+    """A torch spelling of a rounding (``.bfloat16()``, ``.half()``, ``.to(...)``): the math
+    language's function for it."""
+    fn = TORCH_ROUNDINGS.get(name)
+    if fn is None:
+        return ""
+    if name == "to":
+        return "round with a function: bf16(x), fp16(x), fp8_e4m3(x) or fp8_e5m2(x)"
+    return f"did you mean {fn}(x)? a rounding is a function: {fn}(x) rounds x to {fn}"
 
 
 def free_names(prog: Program) -> set:

@@ -12,7 +12,8 @@ import ast
 import torch
 import torch.nn.functional as F
 
-from coda_spec.expr import Program, uses_vjp
+from coda_spec.dtypes import round_to
+from coda_spec.expr import ROUNDINGS, Program, uses_vjp
 
 
 def _rms_norm(x, weight, eps):
@@ -40,6 +41,19 @@ def _vjp(y, x, dy):
 
 def _cross_entropy(logits, target, ignore_index=-100, reduction="none"):
     return F.cross_entropy(logits, target.long(), ignore_index=ignore_index, reduction=reduction)
+
+
+def _rounding(name: str):
+    """``bf16(x)`` and its siblings: ``x`` rounded to the format, returned in ``x``'s dtype
+    (fp64 in the proof). Its derivative is taken as 1 (straight-through), so a gradient
+    through a rounded value is the gradient at the rounded point."""
+
+    def rnd(x):
+        x = x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float64)
+        r = round_to(x.detach(), name)
+        return x + (r - x).detach() if x.requires_grad else r
+
+    return rnd
 
 
 def _sum(x, dim=None):
@@ -80,6 +94,7 @@ FUNCS = {
     "cross_entropy": _cross_entropy,
     "apply_rotary_emb": _rotary,
     "vjp": _vjp,
+    **{name: _rounding(name) for name in ROUNDINGS},
 }
 
 _BIN = {

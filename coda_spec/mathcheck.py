@@ -144,6 +144,22 @@ def prove(checked: Checked, seed: int = 0) -> MathReport:
     return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start)
 
 
+ROUNDING_SIZED = (1e-5, 2e-2)  # rel_err of one fp16/bf16/fp8 rounding (not of wrong algebra)
+
+
+def _casts(spec) -> list:
+    """(spec path, dtype) of every rounding ``cast`` item, in order."""
+    found = []
+    for section, steps in spec.sections():
+        prefix = "steps" if section == "steps" else "backward.steps"
+        for si, step in enumerate(steps):
+            field = "epilogue" if step.kind == "kernel" else "body"
+            for oi, op in enumerate(getattr(step, field, ())):
+                if op.prim == "cast" and op.get("dtype") != "fp32":
+                    found.append((f"{prefix}[{si}].{field}[{oi}]", op.get("dtype")))
+    return found
+
+
 def _sections(spec):
     yield "forward", spec.outputs
     if spec.backward is not None:
@@ -180,6 +196,7 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
             )
         ]
     dims = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
+    casts = _casts(spec)
     out = []
     for p in report.proofs:
         if p.ok:
@@ -199,6 +216,13 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
                 if p.status == "mismatch"
                 else ""
             )
+            if p.status == "mismatch" and casts and ROUNDING_SIZED[0] <= p.rel_err:
+                if p.rel_err <= ROUNDING_SIZED[1]:
+                    where, dt = casts[0]
+                    hint = (
+                        f"an error this size is a rounding, and {where} casts to {dt}: the "
+                        f"proof rounds every cast, so state it in this line, e.g. {dt}(...)"
+                    )
             err = ExprError(msg, assigned[p.output], 1, hint)
             out.append(program_diag(src, ("equivalent_to",), err))
             continue

@@ -6,8 +6,10 @@ Each epilogue item runs its primitive's ``reference`` (dispatch on ``op.prim``).
 
 Precisions (the verify protocol, docs/verification.md):
 
-* ``fp64``: everything in float64 on the (bf16-valued) inputs; stores are not rounded. This is the
-  ``ref`` of the verify pass rule and the side of the algebra checks against ``equivalent_to``.
+* ``fp64``: everything in float64 on the (bf16-valued) inputs. A ``cast`` rounds (it is the
+  spec's math); a store is never rounded, even one a later step reads back (docs/verification.md,
+  "What the fp64 proof rounds"). This is the ``ref`` of the verify pass rule and the side of the
+  algebra checks against ``equivalent_to``.
 * ``fp32``: the same in float32.
 * ``lowp``: what an unfused low-precision pipeline computes: bf16/fp16 matmuls (output rounded to
   the operand dtype, fp32 accumulation inside), fp32 epilogue math, rounding at every stored
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.dtypes import TORCH_DTYPES
+from coda_spec.dtypes import TORCH_DTYPES, round_to
 from coda_spec.finalize import fold as finalize_fold
 from coda_spec.primitives import registry
 
@@ -58,7 +60,7 @@ class RefCtx:
         return t.to(self.dtype)
 
     def round_always(self, x, dtype: str):
-        return x.to(TORCH_DTYPES[dtype]).to(self.dtype)
+        return round_to(x, dtype).to(self.dtype)
 
     def round_store(self, x, dtype: str):
         return self.round_always(x, dtype) if self.precision.lowp else x

@@ -195,6 +195,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     # -- equivalent_to and derive ----------------------------------------------------------------
     "eq_syntax_error": [(18, 12, "syntax error: '(' was never closed")],
     "eq_unknown_function": [(33, 9, "unknown function 'rms_nrom'; did you mean 'rms_norm'?")],
+    "eq_torch_rounding": [(17, 21, "unknown method '.bfloat16()'; did you mean bf16(x)?")],
     "eq_unknown_method": [(18, 32, "unknown method '.flaten()'; did you mean 'flatten'?")],
     "eq_reads_intermediate": [(33, 10, "'h' is a chain intermediate, not an input")],
     "eq_no_outputs": [(17, 16, "equivalent_to assigns none of the outputs")],

@@ -201,3 +201,54 @@ def test_an_input_only_equivalent_to_reads_is_named_so():
         checked = checked_text(body, "t.yaml")
         (w,) = [w for w in checked.analysis.warnings if "'extra'" in w.message]
         assert w.message == want and w.path == "tensors.extra" and w.line > 0
+
+
+def test_cast_is_proven_when_equivalent_to_states_the_rounding():
+    """The proof rounds a ``cast`` (stores stay exact): bf16(...) in equivalent_to proves it."""
+    report = prove(check_file(MATH / "cast_proven.yaml"))
+    assert report.ok, report.proofs
+    assert [p.rel_err for p in report.proofs] == [0.0, 0.0]  # the same rounding, bit for bit
+
+
+def test_cast_without_the_rounding_in_equivalent_to_fails_located():
+    path = MATH / "cast_unstated.yaml"
+    assert coda_check(path).exit_code == EXIT_OK
+    res = coda_check("--math", path)
+    assert res.exit_code == EXIT_MISMATCH, res.output
+    line = next(
+        i for i, t in enumerate(path.read_text().splitlines(), 1) if t == "  h = silu(x @ w.T)"
+    )
+    assert f"{path}:{line}:3: error: equivalent_to: forward output 'h' differs" in res.output
+    assert re.search(r"rel_err [1-9]\.\d\de-0[34]", res.output)  # one bf16 rounding
+    assert "steps[0].epilogue[1] casts to bf16" in res.output
+    assert "state it in this line, e.g. bf16(...)" in res.output
+
+
+def test_rounding_functions_round_to_nearest_even_and_saturate_fp8():
+    import torch
+
+    from coda_spec.expr import parse
+    from coda_spec.expr_eval import evaluate
+
+    x = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 1e9, -1e9, 1.0625], dtype=torch.float64)
+    prog = parse("b = bf16(x)\nh = fp16(x)\ne4 = fp8_e4m3(x)\ne5 = fp8_e5m2(x)")
+    got = evaluate(prog, {"x": x})
+    assert got["b"].dtype == torch.float64
+    assert got["b"][:2].tolist() == [1.0, 1 + 2**-6]  # ties to even
+    assert got["e4"][2:].tolist() == [448.0, -448.0, 1.0]  # saturating; 1.0625 ties to 1.0
+    assert got["e5"][2:4].tolist() == [57344.0, -57344.0]
+    assert torch.isinf(got["h"][2])  # fp16 does not saturate: a cast to fp16 overflows
+
+
+def test_rounding_has_a_straight_through_gradient():
+    """vjp through bf16(...) is the gradient at the rounded point (derivative of rounding: 1)."""
+    import torch
+
+    from coda_spec.expr import parse
+    from coda_spec.expr_eval import evaluate
+
+    x = torch.tensor([0.3, -1.7, 2.9], dtype=torch.float64)
+    dy = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    got = evaluate(parse("g = vjp(square(bf16(x)), x, dy)"), {"x": x, "dy": dy})["g"]
+    want = 2 * x.to(torch.bfloat16).double() * dy
+    assert torch.equal(got, want)

@@ -2,7 +2,9 @@
 
 Use it where the fused kernel must see exactly what an unfused one would read back from memory
 (for example a bf16 activation that is both stored and reused). The reference rounds in every
-precision mode, fp64 included, because the rounding is part of the spec's math.
+precision mode, fp64 included, because the rounding is part of the spec's math, so
+``equivalent_to`` states it with the same rounding, ``h = bf16(silu(x @ w.T))``, or the proof
+fails by about one bf16 rounding (a store, by contrast, never rounds in the proof).
 """
 
 from coda_spec.dtypes import dtype as dtype_of
