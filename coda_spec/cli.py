@@ -48,7 +48,7 @@ from coda_spec.errors import (
     render_text,
 )
 from coda_spec.frontend import check_file
-from coda_spec.mathcheck import diagnostics, prove
+from coda_spec.mathcheck import coverage_diagnostics, diagnostics, prove
 from coda_spec.primitives import registry
 from coda_spec.schema import schema_json
 from coda_spec.source import MAX_BYTES, load_source, spec_files
@@ -210,6 +210,8 @@ def check(paths, exclude, fmt, quiet, math):
             wrong += 1
             diags.extend(diagnostics(checked, report))
             continue
+        if report is not None:
+            diags.extend(coverage_diagnostics(checked, report))
         ok += 1
         if fmt == "text" and not quiet:
             click.echo(f"ok: {f}: {checked.spec.name} ({_summary(checked)})")

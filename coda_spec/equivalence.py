@@ -63,11 +63,11 @@ def draw(checked, sizes: dict, seed: int = 0) -> dict:
 
 
 def check_equivalence(
-    checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None
+    checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None, hook=None
 ) -> list[Comparison]:
     spec = checked.spec
     exact = (drawn or draw(checked, sizes, seed))["inputs"]
-    got = run(checked.analysis, exact, "fp64", sizes, perturb=perturb)
+    got = run(checked.analysis, exact, "fp64", sizes, perturb=perturb, hook=hook)
     want = evaluate(parse(spec.equivalent_to), {**exact, **sizes})
     outs = {o.name for o in spec.outputs}
     return [compare(n, got[n], want[n]) for n in want if n in outs]
@@ -78,14 +78,14 @@ def unprovable(name: str, why: str) -> Comparison:
 
 
 def check_backward(
-    checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None
+    checked, sizes: dict, seed: int = 0, perturb=None, drawn: dict | None = None, hook=None
 ) -> list[Comparison]:
     """Every backward output vs torch.autograd of ``equivalent_to`` with random cotangents."""
 
     spec, analysis = checked.spec, checked.analysis
     drawn = drawn or draw(checked, sizes, seed)
     exact, grads = drawn["inputs"], drawn["grads"]
-    got = run(analysis, exact, "fp64", sizes, grads=grads, perturb=perturb)
+    got = run(analysis, exact, "fp64", sizes, grads=grads, perturb=perturb, hook=hook)
     grad_of = dict(spec.backward.grads)
     leaves = {
         k: v.detach().clone().requires_grad_(True)

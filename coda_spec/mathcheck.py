@@ -20,6 +20,12 @@ backward output that is not a gradient). Nothing is skipped: a mismatch and an u
 both fail the gate (exit 3). ``diagnostics`` locates each failure: a forward output at the
 ``equivalent_to`` line that assigns it, a backward output at the step item that writes it.
 
+A passed proof also reports its coverage (``coda_spec.coverage``): the branch items (``relu``,
+``abs``, ``clamp``, ``max``, ``min``) whose one side the drawn inputs never take, and the
+elementwise items whose deletion still passes. ``coverage_diagnostics`` makes each a located
+warning at the item, with a ``range:`` that would exercise it; warnings leave the exit status
+alone (0 for a passed proof).
+
 Why fp64 and small dims: the fused chain and the unfused math are different orders of the same
 arithmetic, so in fp64 they agree to ~1e-15 when the algebra is right and differ by O(1) when it
 is not (a swapped gate/up, a dSwiGLU under a GeGLU forward). Small dims keep every algebraic
@@ -88,6 +94,7 @@ class MathReport:
     seed: int
     proofs: tuple  # tuple[Proof, ...]
     seconds: float
+    gaps: tuple = ()  # coverage.Gap: items the drawn inputs never exercise (a passed proof only)
 
     @property
     def ok(self) -> bool:
@@ -106,8 +113,10 @@ class MathReport:
         return f"math: {'; '.join(parts) or 'nothing proven'} in fp64 at {dims}"
 
 
-def prove(checked: Checked, seed: int = 0) -> MathReport:
-    """The algebra proof of one checked spec (see the module docstring)."""
+def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
+    """The algebra proof of one checked spec (see the module docstring); ``coverage``: when
+    every output is proven, also look for the items the drawn inputs never exercise
+    (``coda_spec.coverage``; reported as warnings by :func:`coverage_diagnostics`)."""
     from coda_spec.equivalence import RTOL, check_backward, check_equivalence, draw
 
     start = time.perf_counter()
@@ -141,7 +150,12 @@ def prove(checked: Checked, seed: int = 0) -> MathReport:
             proofs.append(_proof("forward", c, RTOL))
     if spec.backward is not None:
         proofs += [_proof("backward", c, RTOL) for c in check_backward(case, sizes, drawn=drawn)]
-    return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start)
+    found = ()
+    if coverage and all(p.ok for p in proofs):
+        from coda_spec.coverage import gaps
+
+        found = gaps(case, sizes, drawn, seed)
+    return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start, found)
 
 
 ROUNDING_SIZED = (1e-5, 2e-2)  # rel_err of one fp16/bf16/fp8 rounding (not of wrong algebra)
@@ -176,6 +190,21 @@ def _proof(section: str, c, rtol: float) -> Proof:
 def _named(p) -> str:
     """A proof's subject as users name it: a forward output, or a gradient (a backward one)."""
     return f"gradient '{p.output}'" if p.section == "backward" else f"forward output '{p.output}'"
+
+
+def coverage_diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
+    """One located warning per coverage gap of a passed proof, at the item never exercised."""
+    dims = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
+    return [
+        checked.source.diag(
+            g.op.loc.path,
+            f"the proof's inputs never exercise this {g.op.prim} (fp64, {dims}, seed "
+            f"{report.seed}): {g.message}",
+            g.hint,
+            severity="warning",
+        )
+        for g in report.gaps
+    ]
 
 
 def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:

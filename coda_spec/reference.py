@@ -95,7 +95,7 @@ def _nudge(x):
     return x * 1.001 + 1e-3
 
 
-def _run_ops(rt: RefCtx, ops, vals: dict, env: dict, perturb=None):
+def _run_ops(rt: RefCtx, ops, vals: dict, env: dict, perturb=None, hook=None):
     prims = registry()
     for i, op in enumerate(ops):
         p = prims[op.prim]
@@ -104,6 +104,8 @@ def _run_ops(rt: RefCtx, ops, vals: dict, env: dict, perturb=None):
         results = p.reference(rt, op, ins, tensors)
         if perturb == i:
             results = tuple(_nudge(r) for r in results)
+        if hook is not None:
+            results = hook(i, op, ins, results)
         if p.results == "none":
             info = rt.analysis.tensor(op.get("to"))
             env[info.name] = rt.round_store(results[0], info.dtype)
@@ -115,8 +117,9 @@ def _run_ops(rt: RefCtx, ops, vals: dict, env: dict, perturb=None):
                 vals[name] = value
 
 
-def _run_step(rt_args, step, env, perturb=None):
-    """Run one step; ``perturb`` is an item index (or True for a finalize) to nudge."""
+def _run_step(rt_args, step, env, perturb=None, hook=None):
+    """Run one step; ``perturb`` is an item index (or True for a finalize) to nudge; ``hook(item
+    index, op, ins, results) -> results`` sees (and may replace) each item's results."""
     precision, sizes, analysis = rt_args
     if step.kind == "finalize":
         info = analysis.tensor(step.of)
@@ -136,11 +139,11 @@ def _run_step(rt_args, step, env, perturb=None):
         rt = RefCtx(precision, sizes, analysis)
         acc = _matmul(rt, a, b, dtype)
         rt = RefCtx(precision, sizes, analysis, width=acc.shape[1], rows=acc.shape[0])
-        _run_ops(rt, step.epilogue, {"acc": acc}, env, perturb)
+        _run_ops(rt, step.epilogue, {"acc": acc}, env, perturb, hook)
     else:
         over = env[step.over]
         rt = RefCtx(precision, sizes, analysis, width=over.shape[1], rows=over.shape[0])
-        _run_ops(rt, step.body, {}, env, perturb)
+        _run_ops(rt, step.body, {}, env, perturb, hook)
 
 
 def run(
@@ -150,12 +153,16 @@ def run(
     sizes: dict | None = None,
     grads: dict | None = None,
     perturb: tuple | None = None,
+    hook=None,
 ) -> dict:
     """Execute the chain (and its backward if ``grads`` holds the incoming cotangents).
 
     ``inputs`` maps every input name to a tensor; float inputs are converted to the compute
     dtype. ``sizes`` binds the dynamic dims (inferred from the inputs when omitted).
     ``perturb`` = (section, step index, item index or None) nudges one result (mutation tests).
+    ``hook(site, op, ins, results) -> results``, site = (section, step index, item index): sees
+    every item's operands and results and may replace the results (the proof's coverage:
+    ``coda_spec.coverage``).
     """
     prec = PRECISIONS[precision] if isinstance(precision, str) else precision
     spec = analysis.spec
@@ -169,8 +176,13 @@ def run(
             hit = None
             if perturb is not None and perturb[:2] == (section, i):
                 hit = True if perturb[2] is None else perturb[2]
-            _run_step((prec, sizes, analysis), step, env, hit)
+            at = None if hook is None else _at(hook, section, i)
+            _run_step((prec, sizes, analysis), step, env, hit, at)
     return env
+
+
+def _at(hook, section: str, step: int):
+    return lambda i, op, ins, results: hook((section, step, i), op, ins, results)
 
 
 def run_backward(analysis, env: dict, precision: str | Precision, sizes: dict) -> dict:

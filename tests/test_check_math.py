@@ -32,6 +32,7 @@ def test_bundled_spec_is_proven(path):
     spec = check_file(path).spec
     want = len(spec.outputs) + (len(spec.backward.outputs) if spec.backward else 0)
     assert len(report.proofs) == want  # every output has a proof: none skipped
+    assert not report.gaps, report.gaps  # the drawn inputs exercise every branch item
 
 
 @pytest.mark.slow

@@ -4,8 +4,9 @@
 saturation before the value is scaled and stored. It is no new math: max(x, min), then
 min(that, max), so the GEMM-epilogue text is the lines of the registered `max` and `min`
 primitives (a left-out bound drops its line). Mutants move each bound and drop each one, so
-`check --math` fails unless the drawn inputs reach both saturated sides (give the input a
-wide enough `range:`).
+the mutation tests need drawn inputs that reach both saturated sides (give the input a wide
+enough `range:`); `check --math` warns at a clamp whose operand never passes a bound, and
+says which `range:` would make it.
 """
 
 from dataclasses import replace
