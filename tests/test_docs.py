@@ -114,13 +114,10 @@ def test_the_llama_example_trains_on_the_cpu(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     from coda_spec import ops
     from coda_spec.nn.llama import CHAINS
-    from tests import test_runtime_cpu as rt
+    from tests.test_nn_llama import cpu_builds
 
     monkeypatch.setattr(ops, "_OPS", {})
-    builds = {}
-    for name in CHAINS:
-        monkeypatch.setitem(rt.SPECS, name, (ROOT / "specs" / f"{name}.yaml", {}))
-        builds[name], _ = rt.make_build(tmp_path, name)
+    builds = cpu_builds(tmp_path, monkeypatch, CHAINS)
     text = (ROOT / "docs" / "training.md").read_text()
     code = [c for c in re.findall(r"```python\n(.*?)```", text, re.S) if "coda_spec.nn" in c][0]
     shape = re.search(r"^shape = dict\(.*?\)  # fmt: skip$", code, re.S | re.M).group(0)

@@ -20,7 +20,6 @@ from coda_spec import ops  # noqa: E402
 from coda_spec.nn import LlamaForCausalLM  # noqa: E402
 from coda_spec.nn.llama import CHAINS  # noqa: E402
 from tests import test_nn_llama as tl  # noqa: E402
-from tests import test_runtime_cpu as rt  # noqa: E402
 
 WORLD = 2
 
@@ -56,11 +55,7 @@ def _worker(rank: int, how: str, builds: dict, store: str, out: str) -> None:
 @pytest.fixture
 def builds(tmp_path, monkeypatch):
     monkeypatch.setattr(ops, "_OPS", {})
-    out = {}
-    for name in CHAINS:
-        monkeypatch.setitem(rt.SPECS, name, (rt.ROOT / "specs" / f"{name}.yaml", {}))
-        out[name], _ = rt.make_build(tmp_path, name)
-    return out
+    return tl.cpu_builds(tmp_path, monkeypatch, CHAINS)
 
 
 @pytest.mark.slow

@@ -49,25 +49,26 @@ def config(tied: bool, **over) -> HFConfig:
     return HFConfig(**{**TINY, **over}, tie_word_embeddings=tied, attn_implementation="sdpa")
 
 
+def cpu_builds(tmp_path, monkeypatch, names) -> dict:
+    """``{chain: build}``: CPU builds of bundled specs at their own dims (``make_build``)."""
+    out = {}
+    for name in names:
+        monkeypatch.setitem(rt.SPECS, name, (rt.ROOT / "specs" / f"{name}.yaml", {}))
+        out[name], _ = rt.make_build(tmp_path, name)
+    return out
+
+
 @pytest.fixture
 def builds(tmp_path, monkeypatch):
     """The three chains' CPU builds at the bundled dims; ops of earlier tests forgotten."""
     monkeypatch.setattr(ops, "_OPS", {})
-    out = {}
-    for name in CHAINS:
-        monkeypatch.setitem(rt.SPECS, name, (rt.ROOT / "specs" / f"{name}.yaml", {}))
-        out[name], _ = rt.make_build(tmp_path, name)
-    return out
+    return cpu_builds(tmp_path, monkeypatch, CHAINS)
 
 
 @pytest.fixture
 def all_builds(builds, tmp_path, monkeypatch):
     """``builds`` and the recompute chains' CPU builds (``recompute=True``)."""
-    out = dict(builds)
-    for name in RECOMPUTE.values():
-        monkeypatch.setitem(rt.SPECS, name, (rt.ROOT / "specs" / f"{name}.yaml", {}))
-        out[name], _ = rt.make_build(tmp_path, name)
-    return out
+    return {**builds, **cpu_builds(tmp_path, monkeypatch, RECOMPUTE.values())}
 
 
 @pytest.fixture

@@ -122,7 +122,14 @@ def test_gradcheck_in_fp64(build):
     """The spec's backward section is the derivative of its forward: gradcheck of the op in
     fp64 (the CPU kernels run the reference in fp64 when every floating input is fp64)."""
     op, checked = build("llama_small")
-    _, low = _inputs(checked, 3)
+    f, leaves = _llama_fn(op, checked, 3)
+    assert torch.autograd.gradcheck(f, leaves, fast_mode=True)
+
+
+def _llama_fn(op, checked, m: int) -> tuple:
+    """(f, leaves): llama's (x2, qkv) as a function of the inputs it differentiates, at M = m
+    in fp64, and those inputs (what gradcheck takes)."""
+    _, low = _inputs(checked, m)
     x = _trainable(op, low, torch.float64)
     wrt = [of for _, of in op.grad_outputs]
 
@@ -130,7 +137,7 @@ def test_gradcheck_in_fp64(build):
         out = op(**{**x, **dict(zip(wrt, leaves, strict=True))})
         return out["x2"], out["qkv"]
 
-    assert torch.autograd.gradcheck(f, tuple(x[n] for n in wrt), fast_mode=True)
+    return f, tuple(x[n] for n in wrt)
 
 
 def test_a_zero_stride_incoming_gradient(build):
@@ -247,16 +254,9 @@ def test_one_build_serves_other_dims(build, tmp_path):
     assert ops.op(big.chain, dims={"D": 128}) is big  # the build's own dims
     checked = small.chain.checked()
     assert checked.spec.dim_sizes()["D"] == 64
-    _, low = _inputs(checked, 3)
-    x = _trainable(small, low, torch.float64)
-    wrt = [of for _, of in small.grad_outputs]
-
-    def f(*leaves):
-        out = small(**{**x, **dict(zip(wrt, leaves, strict=True))})
-        return out["x2"], out["qkv"]
-
-    assert f(*(x[n] for n in wrt))[1].shape == (3, 3 * 64)
-    assert torch.autograd.gradcheck(f, tuple(x[n] for n in wrt), fast_mode=True)
+    f, leaves = _llama_fn(small, checked, 3)
+    assert f(*leaves)[1].shape == (3, 3 * 64)
+    assert torch.autograd.gradcheck(f, leaves, fast_mode=True)
     _, low_big = _inputs(big.chain.checked(), 2)
     assert big(**low_big)["qkv"].shape == (2, 3 * 128)  # the other size still runs
 

@@ -14,8 +14,6 @@ no ``inputs_embeds``. Any other call runs transformers' own forward, unchanged.
 
 from __future__ import annotations
 
-import torch
-
 from coda_spec.nn import layout
 from coda_spec.nn.llama import LlamaShape, causal_lm_loss, chain_ops, rope_table
 
@@ -51,15 +49,14 @@ def apply_to_hf_llama(model, builds="build", tuned=None, recompute: bool = False
     shape = LlamaShape.of(model.config)
     chains = chain_ops(shape, builds, tuned, recompute=recompute)
     original = model.forward
-    tables: dict = {}  # (dtype, device) -> RoPE table: the model may move after the patch
+    tables: dict = {}  # (weights' dtype, device) -> RoPE table: the model may move later
 
     def forward(input_ids=None, attention_mask=None, labels=None, **kw):
         unserved = {"inputs_embeds", "past_key_values"} & {
             k for k, v in kw.items() if v is not None
         }
-        if labels is None or input_ids is None or unserved or kw.get("use_cache"):
-            return original(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kw)
-        if attention_mask is not None and not bool(attention_mask.all()):
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        if labels is None or input_ids is None or unserved or kw.get("use_cache") or padded:
             return original(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kw)
         root = hf_root(model, shape)
         fused: dict = {}  # layer -> its fused weights, made once per call
@@ -70,10 +67,9 @@ def apply_to_hf_llama(model, builds="build", tuned=None, recompute: bool = False
             return fn(fused[i])
 
         first = root["embed_tokens.weight"]
-        wide = first.dtype if first.dtype in (torch.float64, torch.float32) else torch.float32
-        key = (wide, first.device)
+        key = (first.dtype, first.device)
         if key not in tables:
-            tables[key] = rope_table(shape, wide, first.device)
+            tables[key] = rope_table(shape, first.dtype, first.device)
         loss = causal_lm_loss(chains, shape, root, within, input_ids, labels, tables[key], **kw)
         return CausalLMOutputWithPast(loss=loss, logits=None)
 

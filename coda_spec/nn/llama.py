@@ -153,13 +153,16 @@ def _inv_freq(config, head_dim: int) -> torch.Tensor:
     return inv_freq.float()
 
 
-def rope_table(shape: LlamaShape, dtype=torch.float32, device=None) -> torch.Tensor:
+def rope_table(shape: LlamaShape, weights=torch.bfloat16, device=None) -> torch.Tensor:
     """``freqs [(NH + 2*NKV)*HD/2]``: one frequency per rotary pair of ``qkv``'s columns, the
-    head's frequencies on every q and k head and 0 on v (cos 0 = 1: v passes unrotated)."""
+    head's frequencies on every q and k head and 0 on v (cos 0 = 1: v passes unrotated). Its
+    dtype follows the weights' dtype ``weights``: fp64 or fp32 weights get the table in theirs
+    (the CPU kernels' wide path wants every floating input alike), others the chains' fp32."""
     inv = torch.tensor(shape.inv_freq, dtype=torch.float32)
     qk = inv.repeat(shape.heads + shape.kv_heads)
     v = torch.zeros(shape.kv_heads * shape.head_dim // 2)
-    return torch.cat([qk, v]).to(dtype=dtype, device=device)
+    wide = weights in (torch.float64, torch.float32)
+    return torch.cat([qk, v]).to(dtype=weights if wide else torch.float32, device=device)
 
 
 def chain_ops(shape: LlamaShape, builds="build", tuned=None, recompute: bool = False) -> dict:
@@ -300,8 +303,7 @@ class LlamaForCausalLM(torch.nn.Module):
             for name, p in self.named_parameters():
                 if not name.endswith("norm"):
                     p.normal_(0.0, 0.02)
-        wide = dtype if dtype in (torch.float64, torch.float32) else torch.float32
-        self.register_buffer("freqs", rope_table(sh, wide, device), persistent=False)
+        self.register_buffer("freqs", rope_table(sh, dtype, device), persistent=False)
 
     def forward(self, input_ids, labels, **kw):
         """The mean cross-entropy of next-token prediction (``causal_lm_loss``)."""
