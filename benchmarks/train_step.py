@@ -165,12 +165,43 @@ def saved_bytes(fn, ids, labels, params) -> int:
         st = t.untyped_storage()
         if st.data_ptr() not in skip:
             seen[st.data_ptr()] = st.nbytes()
-        return t
+        # detached: a saved output packed as itself would hold its own grad_fn, a cycle through
+        # the autograd graph that Python's gc cannot see, and that forward's saved tensors would
+        # stay allocated for the rest of the run (seen on the H200, 2026-12-02: +6.3 GiB coda)
+        return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = fn(ids, labels)
     del loss
     return sum(seen.values())
+
+
+def phases(fn, ids, labels, params) -> dict:
+    """Where the memory goes, in GiB: what stays allocated between steps (weights, optimizer
+    state), the peak during the forward and loss, and the peak during the backward."""
+    import torch
+
+    gib = 2**30
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss = fn(ids, labels)
+    torch.cuda.synchronize()
+    fwd = torch.cuda.max_memory_allocated()
+    after_fwd = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss.backward()
+    torch.cuda.synchronize()
+    bwd = torch.cuda.max_memory_allocated()
+    for p in params:
+        p.grad = None
+    del loss
+    return {
+        "resident": round(resident / gib, 2),
+        "after_forward": round(after_fwd / gib, 2),
+        "forward_peak": round(fwd / gib, 2),
+        "backward_peak": round(bwd / gib, 2),
+    }
 
 
 def family(name: str, coda_symbols: set) -> str:
@@ -213,7 +244,7 @@ def child(args) -> dict:
                 torch._foreach_copy_(params, masters)
         for p in params:
             p.grad = None
-        return loss
+        return loss.detach()
 
     t0 = time.perf_counter()
     loss = one_step()
@@ -222,6 +253,7 @@ def child(args) -> dict:
     for _ in range(args.warmup):
         one_step()
     torch.cuda.synchronize()
+    memory = phases(fn, ids, labels, params)
     torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(args.steps):
@@ -244,6 +276,7 @@ def child(args) -> dict:
         if saved is None
         else round(saved / cfg.num_hidden_layers / 2**20, 1),
         "loss": loss.item(),
+        "memory_gib": memory,
     }
     if args.profile:
         row["breakdown_ms"] = profile(one_step, model, args)

@@ -31,11 +31,11 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coda_spec import artifact, builddir, stages
-from coda_spec.config import BuildConfig, config_text
+from coda_spec.config import DEFAULT, BuildConfig, config_text, parse_config
 from coda_spec.errors import Diagnostic, SpecError, ToolError
 from coda_spec.frontend import run_stages
 from coda_spec.ir import to_data
@@ -57,11 +57,20 @@ AOT_MODULES = (("triton", "triton"),)  # what compiles host steps and finalizes
 @dataclass(frozen=True)
 class BuildOptions:
     out: Path = Path("build")
-    config: BuildConfig = BuildConfig()
+    config: BuildConfig = DEFAULT
     stop_after: str = stages.NAMES[-1]  # a stage of coda_spec.stages; the last = complete
     jobs: int = MAX_WORKERS
     force: bool = False
     configs: tuple = ()  # candidate configs (first = fallback); () = just ``config``
+    explicit: bool = False  # config/configs came from --config: they override the spec's own
+
+    def for_spec(self, spec) -> BuildOptions:
+        """These options with the spec's ``configs:`` as the candidates, unless ``--config``
+        was given (``explicit``) or the spec lists none."""
+        if self.explicit or not spec.configs:
+            return self
+        configs = tuple(parse_config(t) for t in spec.configs)
+        return replace(self, config=configs[0], configs=configs if len(configs) > 1 else ())
 
     @property
     def candidates(self) -> tuple:
@@ -86,12 +95,21 @@ def build_hash(checked, config, lowered, aot=(), accumulate=()) -> str:
 
     configs = config if isinstance(config, tuple) else (config,)
     key = configs[0].key() if len(configs) == 1 else [c.key() for c in configs]
+    # the generated code names the spec file as it was given (specs/x.yaml, /abs/specs/x.yaml):
+    # hashed under its file name alone, so the same spec builds to the same address from any
+    # working directory (a tune table, the shipped one too, is keyed by that address)
+    file = checked.spec.file
+    name = Path(file).name
+
+    def neutral(text: str) -> str:
+        return text.replace(file, name) if file else text
+
     blob = json.dumps(
         {
             "spec": checked.spec.digest,
             "config": key,
-            "kernel.py": lowered.source,
-            "kernels": [k.source for k in aot],
+            "kernel.py": neutral(lowered.source),
+            "kernels": [neutral(k.source) for k in aot],
             "accumulate": sorted(accumulate),
             "tools": tool_versions(),
             "format": artifact.FORMAT_VERSION,
@@ -121,6 +139,7 @@ def build_spec(path, opts: BuildOptions) -> BuildResult:
         )
         return BuildResult(Path(path).stem, Path(), False, False, time.perf_counter() - start)
     name = checked.spec.name
+    opts = opts.for_spec(checked.spec)
     problems = [p for c in opts.candidates for p in c.problems()]
     if problems:
         raise SpecError([Diagnostic(str(path), 0, 0, "--config", p) for p in problems])

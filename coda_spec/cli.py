@@ -286,9 +286,9 @@ BUILD_HELP = f"""Compile specs for sm_90a (no GPU needed) into BUILDS/<name>-<ha
     "--config",
     "config_text",
     default=None,
-    help="Tile/cluster/schedule, e.g. 128x256,cluster=2x1,cooperative (the default); several "
+    help="Tile/cluster/schedule, e.g. 128x128,cluster=2x1,pingpong (the default); several "
     "candidates separated by ';' (the first is the fallback), or 'auto'; coda tune picks among "
-    "them per kernel and shape.",
+    "them per kernel and shape. Overrides the spec's own configs: list.",
 )
 @click.option(
     "--stop-after",
@@ -327,6 +327,7 @@ def build(paths, exclude, out, config_text, stop_after, prune, jobs, force, prin
         out=Path(out),
         config=configs[0],
         configs=configs if len(configs) > 1 else (),
+        explicit=config_text is not None,
         stop_after=stop_after,
         jobs=jobs,
         force=force,

@@ -1,7 +1,11 @@
 """Build configuration: the GEMM tile/cluster/schedule of a kernel, and a build's candidates.
 
-The default (128 x 256 tile, 2 x 1 cluster, cooperative) compiles every bundled spec without
-register spills on sm_90a; pingpong needs tile_N <= 208 at tile_M = 128 (QuACK 0.6.5). A config
+The default (``DEFAULT``: 128 x 128 tile, 2 x 1 cluster, pingpong) is the untuned pick, chosen
+from the tune data: over the catalogue's 84 kernel x shape picks on the H200 it was within 5% of
+the fastest candidate in 82 and 0.7% off it in geometric mean, where the earlier default
+(cooperative 128 x 256) was within 5% in 29 (docs/tuning.md, "The untuned pick").
+``BuildConfig()``'s own field defaults are that earlier default, so that a manifest's config key
+stays as short as it was. Pingpong needs tile_N <= 208 at tile_M = 128 (QuACK 0.6.5). A config
 is one frozen object passed down through lowering, compile and manifest.
 
 A build compiles each kernel at one or more candidate configs (``--config A;B;C`` or ``auto``):
@@ -100,14 +104,18 @@ class BuildConfig:
 
 EPILOGUE_KNOBS = ("epi_n", "c_stages")
 
+# The untuned pick: every kernel's config when neither --config nor the spec's configs: name one
+# (the module docstring says why this one).
+DEFAULT = BuildConfig(tile_n=128, pingpong=True)
 
-# ``--config auto``: issue 9's candidate space, the default first (every kernel's fallback):
-# cooperative 128x256, 256x128, 128x128 and pingpong 128x192, 128x128, 128x64, each at clusters
-# 2x1, 1x2 and 1x1, plus four epilogue-stage variants at cluster 2x1 (22 candidates; a kernel
-# keeps those its primitives support and whose SASS does not spill). Compile cost grows with it:
-# about 22x a one-config build. QuACK's own sm90
-# autotuner space (quack.gemm_config.get_all_configs) has no 1x1 cluster and adds 192x128
-# pingpong and 128x160/224, 256x160/192 tiles; measured here (docs/benchmarks.md), a 1x1
+
+# ``--config auto``: issue 9's candidate space, the default (pingpong 128x128, 2x1) first (every
+# kernel's fallback): cooperative 128x256, 256x128, 128x128 and pingpong 128x192, 128x128,
+# 128x64, each at clusters 2x1, 1x2 and 1x1, plus four epilogue-stage variants at cluster 2x1
+# (22 candidates; a kernel keeps those its primitives support and whose SASS does not spill).
+# Compile cost grows with it: about 22x a one-config build. QuACK's own sm90 autotuner space
+# (quack.gemm_config.get_all_configs) has no 1x1 cluster and adds 192x128 pingpong and
+# 128x160/224, 256x160/192 tiles; measured here (docs/benchmarks.md), a 1x1
 # cluster was the second-best b2 config at D = 2048, so it stays in.
 _TILES = (
     ("128x256", "cooperative"),
@@ -118,9 +126,14 @@ _TILES = (
     ("128x64", "pingpong"),
 )
 AUTO = tuple(
-    f"{tile},cluster={cluster},{schedule}"
-    for tile, schedule in _TILES
-    for cluster in ("2x1", "1x2", "1x1")
+    sorted(
+        (
+            f"{tile},cluster={cluster},{schedule}"
+            for tile, schedule in _TILES
+            for cluster in ("2x1", "1x2", "1x1")
+        ),
+        key=lambda text: text != "128x128,cluster=2x1,pingpong",  # the default, first
+    )
 ) + (
     # Measured on b2 (docs/benchmarks.md): a narrower epilogue subtile or a shallower C prefetch
     # buys the mainloop a third A/B stage (cooperative 128x256: 3.84 -> 2.57 ms at D = 4096),
@@ -186,7 +199,7 @@ def parse_configs(text: str | None) -> tuple[BuildConfig, ...]:
     if text is not None and text.strip() == "auto":
         return tuple(parse_config(t) for t in AUTO)
     parts = [p for p in (text or "").split(";") if p.strip()]
-    configs = tuple(parse_config(p) for p in parts) or (BuildConfig(),)
+    configs = tuple(parse_config(p) for p in parts) or (DEFAULT,)
     seen = []
     for c in configs:
         if c in seen:

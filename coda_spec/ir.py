@@ -150,6 +150,7 @@ class Spec:
     backward: Backward | None
     file: str = field(default="", compare=False)
     digest: str = ""
+    configs: tuple = ()  # the spec's candidate tile configs, texts in --config syntax
 
     def dim_sizes(self) -> dict:
         return {d.name: d.size for d in self.dims}

@@ -130,4 +130,5 @@ def normalize(src: Source) -> Spec:
         backward=backward,
         file=src.file,
         digest=digest_of(d),
+        configs=tuple(d.get("configs", ())),
     )

@@ -19,6 +19,9 @@ from coda_spec.config import config_text, parse_config
 FORMAT = 1
 ENV = "CODA_TUNED"  # a tune file, or a directory of *.json
 DEFAULT_DIR = "tuned"  # ./tuned/*.json when $CODA_TUNED is not set
+# The table shipped in the package (issue 21): coda tune's picks for the bundled specs' builds at
+# the benchmarked shapes, searched after the user's own files
+BUNDLED_DIR = Path(__file__).with_name("tuned")
 INLINE = "<tune table>"  # the "path" of a table passed as a dict
 
 
@@ -42,6 +45,19 @@ class TuneTable:
     def builds(self, key: str) -> list[tuple[str, dict]]:
         """(path, build entry) of every source with an entry for build ``key``."""
         return [(p, d["builds"][key]) for p, d in self.sources if key in d["builds"]]
+
+    def untuned_sources(self, key: str, spec: str) -> list[str]:
+        """The files to name when build ``key`` of spec ``spec`` has no entry: the user's own
+        (every source but the package's table), or the package's table when it holds another
+        build of the same spec (a build it was tuned for, at another hash); else none."""
+        mine = [p for p, _ in self.sources if Path(p).parent != BUNDLED_DIR]
+        if mine:
+            return mine
+        return [
+            p
+            for p, d in self.sources
+            if any(k.rsplit("-", 1)[0] == spec and k != key for k in d["builds"])
+        ]
 
 
 def _bad(path, why: str) -> ValueError:
@@ -149,12 +165,15 @@ def _files(path: Path) -> list[Path]:
 
 
 def default_paths() -> list[Path]:
-    """``$CODA_TUNED`` (a file or a directory of *.json), else ``./tuned/*.json`` if any."""
+    """``$CODA_TUNED`` (a file or a directory of *.json), else ``./tuned/*.json`` if any; then
+    the package's own table (``BUNDLED_DIR``), so a user's picks come first."""
     env = os.environ.get(ENV)
     if env:
-        return _files(Path(env))
-    here = Path(DEFAULT_DIR)
-    return sorted(here.glob("*.json")) if here.is_dir() else []
+        mine = _files(Path(env))
+    else:
+        here = Path(DEFAULT_DIR)
+        mine = sorted(here.glob("*.json")) if here.is_dir() else []
+    return mine + sorted(BUNDLED_DIR.glob("*.json"))
 
 
 def load_table(tuned=None) -> TuneTable:

@@ -17,6 +17,7 @@ import math
 
 from jsonschema import Draft202012Validator
 
+from coda_spec.config import parse_config
 from coda_spec.errors import Diagnostic, SpecError, did_you_mean
 from coda_spec.primitives import item_primitives, registry
 from coda_spec.schema import ROOT_REQUIRED, STEP_KINDS, root_properties, structure_defs
@@ -400,8 +401,34 @@ def validate_source(src: Source) -> None:
         if isinstance(node, list):
             for i, step in enumerate(node):
                 _check_step(ck, src, section + (i,), step, out)
+    out += _config_errors(src, data.get("configs"))
     if out:
         raise SpecError(sorted(_dedupe(_drop_knock_ons(out)), key=lambda d: (d.line, d.col)))
+
+
+def _config_errors(src: Source, configs) -> list[Diagnostic]:
+    """``configs:`` texts that ``--config`` would refuse (the schema checked they are strings)."""
+    out, seen = [], {}
+    for i, text in enumerate(configs if isinstance(configs, list) else ()):
+        if not isinstance(text, str):
+            continue
+        try:
+            config = parse_config(text)
+        except ValueError as e:
+            out.append(src.diag(("configs", i), str(e), "fix the config text"))
+            continue
+        for p in config.problems():
+            out.append(src.diag(("configs", i), f"{text!r}: {p}", "pick another tile"))
+        if config in seen:
+            out.append(
+                src.diag(
+                    ("configs", i),
+                    f"{text!r} is configs[{seen[config]}] again",
+                    "list each candidate once",
+                )
+            )
+        seen.setdefault(config, i)
+    return out
 
 
 def _drop_knock_ons(diags: list[Diagnostic]) -> list[Diagnostic]:

@@ -204,6 +204,24 @@ def test_no_warning_without_tune_files_or_variants(tmp_path, cpu, monkeypatch):
         runtime.load(one, tuned=table("rmsnorm_chain-111111111111", {"out_proj": TWO_BUCKETS}))
 
 
+def test_the_shipped_table_warns_only_for_a_spec_it_was_tuned_for(tmp_path, cpu, monkeypatch):
+    """The package's table (``BUNDLED_DIR``) is searched last; with no file of the user's, a
+    build it has no entry for warns only when the table holds another build of the same spec
+    (the bundled specs rebuilt at another hash), naming the shipped file."""
+    d, _ = variant_build(tmp_path)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setattr(TT, "BUNDLED_DIR", shipped)
+    monkeypatch.chdir(tmp_path)
+    (shipped / "h200.json").write_text(json.dumps(table("other_spec-111111111111", {})))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runtime.load(d)
+    (shipped / "h200.json").write_text(json.dumps(table("rmsnorm_chain-111111111111", {})))
+    with pytest.warns(UserWarning, match=r"no tune entry for build rmsnorm_chain-.* in .*h200"):
+        runtime.load(d)
+
+
 def test_a_latest_link_reads_the_builds_own_entries(tmp_path, cpu):
     d, _ = variant_build(tmp_path)
     latest = tmp_path / "rmsnorm_chain-latest"

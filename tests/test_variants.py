@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from coda_spec import artifact, cli
 from coda_spec.build import BuildOptions, build_spec, lowered_json
-from coda_spec.config import AUTO, BuildConfig, config_tag, config_text, parse_configs
+from coda_spec.config import AUTO, DEFAULT, config_tag, config_text, parse_configs
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_variants
@@ -28,7 +28,7 @@ TWO = "128x256,cluster=2x1,cooperative;128x128,cluster=2x1,pingpong"
 @pytest.mark.parametrize(
     "text, want",
     [
-        (None, ["128x256,cluster=2x1,cooperative"]),
+        (None, ["128x128,cluster=2x1,pingpong"]),
         ("128x192,cluster=1x1,pingpong", ["128x192,cluster=1x1,pingpong"]),
         (TWO, TWO.split(";")),
         ("auto", list(AUTO)),
@@ -40,7 +40,7 @@ def test_parse_configs(text, want):
 
 
 def test_auto_starts_with_the_default():
-    assert parse_configs("auto")[0] == BuildConfig()
+    assert parse_configs("auto")[0] == DEFAULT == parse_configs(None)[0]
 
 
 def test_a_config_listed_twice_is_refused():
@@ -48,6 +48,67 @@ def test_a_config_listed_twice_is_refused():
         cli.main, ["build", "specs/f2_deferred_norm.yaml", "--config", "128x256;128x256"]
     )
     assert res.exit_code == 2 and "listed twice" in res.output, res.output
+
+
+def _with_configs(tmp_path, lines: str):
+    """f2_deferred_norm with ``lines`` (a ``configs:`` block) after its dims."""
+    text = (ROOT / "specs" / "f2_deferred_norm.yaml").read_text()
+    head, dims, rest = text.partition("\ndims:")
+    dims_line, nl, tail = rest.partition("\n")
+    path = tmp_path / "f2_deferred_norm.yaml"
+    path.write_text(head + dims + dims_line + nl + lines + tail)
+    return path
+
+
+def test_the_spec_s_configs_are_its_candidates_unless_config_is_given(tmp_path):
+    spec = _with_configs(
+        tmp_path, "configs:\n  - 128x192,cluster=2x1,pingpong,epi=16\n  - 128x128,pingpong\n"
+    )
+    own = CliRunner().invoke(
+        cli.main, ["build", str(spec), "--stop-after", "lower", "-o", str(tmp_path / "a")]
+    )
+    assert own.exit_code == 0, own.output
+    (lowered,) = (tmp_path / "a").glob("f2_deferred_norm-*/lowered.json")
+    got = json.loads(lowered.read_text())
+    assert [config_text(c) for c in got["configs"]] == [
+        "128x192,cluster=2x1,pingpong,epi=16",
+        "128x128,cluster=2x1,pingpong",
+    ]
+    flag = CliRunner().invoke(
+        cli.main,
+        [
+            "build",
+            str(spec),
+            "--stop-after",
+            "lower",
+            "-o",
+            str(tmp_path / "b"),
+            "--config",
+            "128x256",
+        ],
+    )
+    assert flag.exit_code == 0, flag.output
+    (lowered,) = (tmp_path / "b").glob("f2_deferred_norm-*/lowered.json")
+    assert [config_text(c) for c in json.loads(lowered.read_text())["configs"]] == [
+        "128x256,cluster=2x1,cooperative"
+    ]
+
+
+@pytest.mark.parametrize(
+    "lines, want",
+    [
+        ("configs:\n  - 128x256,pingpong\n", "configs[0]: '128x256,pingpong': pingpong at"),
+        ("configs:\n  - 128x128,tiles=2\n", "configs[0]: unknown config item 'tiles=2'"),
+        ("configs:\n  - 128x128\n  - 128x128\n", "configs[1]: '128x128' is configs[0] again"),
+        ("configs: []\n", "configs"),
+    ],
+    ids=["tile-rule", "unknown-item", "twice", "empty"],
+)
+def test_bad_spec_configs_are_located_errors(tmp_path, lines, want):
+    spec = _with_configs(tmp_path, lines)
+    res = CliRunner().invoke(cli.main, ["check", str(spec)])
+    assert res.exit_code == 2, res.output  # invalid spec
+    assert f"{spec}:" in res.output and want in res.output, res.output
 
 
 def test_supports_drops_a_candidate_for_the_kernel_that_refuses_it():

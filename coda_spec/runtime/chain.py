@@ -55,11 +55,15 @@ class Chain:
 
     def _warn_untuned(self, table) -> None:
         """Tune files were found but none has an entry for this build (a rebuild changes the
-        build's hash): say so once, at load, instead of running fallbacks without a word."""
+        build's hash): say so once, at load, instead of running fallbacks without a word. The
+        package's own table counts only for the specs it was tuned for
+        (``TuneTable.untuned_sources``)."""
         many = [k for k, names in self._plan.names.items() if len(names) > 1]
-        if not many or not table.sources or table.builds(self.directory.name):
+        if not many or table.builds(self.directory.name):
             return
-        files = ", ".join(str(p) for p, _ in table.sources)
+        files = ", ".join(map(str, table.untuned_sources(self.directory.name, self.name)))
+        if not files:  # only the package's table, which does not know this spec
+            return
         warnings.warn(
             f"{self.name}: no tune entry for build {self.directory.name} in {files}; kernels "
             f"{', '.join(many)} run their fallback variant. Run coda tune on this build "

@@ -128,6 +128,9 @@ def root_properties() -> dict:
         "outputs": {"$ref": "#/$defs/outputs"},
         "equivalent_to": {"type": "string"},
         "backward": {"$ref": "#/$defs/backward"},
+        # candidate tile configs in --config syntax, the first every kernel's fallback; coda
+        # build's --config overrides them (docs/tuning.md, "Candidates in the spec")
+        "configs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
     }
 
 

@@ -1,4 +1,4 @@
-# Generated from specs/llama3_last_recompute.yaml (spec hash 14580b12bd4713bd) by coda; do not edit:
+# Generated from specs/llama3_last_recompute.yaml (spec hash f9ef44e9a748a173) by coda; do not edit:
 # change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.
 """Epilogues of chain 'llama3_last_recompute' for QuACK's sm90 GEMM."""
 
@@ -20,64 +20,64 @@ from quack.epilogue.ops import (
 from coda_spec.lower.kernel_lib import select
 
 
-# specs/llama3_last_recompute.yaml:27: kernel 'out_proj'
+# specs/llama3_last_recompute.yaml:33: kernel 'out_proj'
 @gemm_epilogue(
     ops={"x0": TileLoad("x0"), "gamma1": RowVecLoad("gamma1")},
     outputs=(TileStore("h1"),),
     reduces={"ss1": ColVecReduce("ss1", scaled=True)},
 )
 def coda_out_proj(acc, x0, gamma1):
-    # specs/llama3_last_recompute.yaml:30: - {load_tile: x0}
-    # specs/llama3_last_recompute.yaml:31: - {add: [acc, x0], as: x1}              # residual add
+    # specs/llama3_last_recompute.yaml:36: - {load_tile: x0}
+    # specs/llama3_last_recompute.yaml:37: - {add: [acc, x0], as: x1}              # residual add
     x1 = acc + x0
-    # specs/llama3_last_recompute.yaml:32: - {load_row: gamma1}
-    # specs/llama3_last_recompute.yaml:33: - {mul: [x1, gamma1], as: h1}           # norm 1 input with gamma, row scale deferred
+    # specs/llama3_last_recompute.yaml:38: - {load_row: gamma1}
+    # specs/llama3_last_recompute.yaml:39: - {mul: [x1, gamma1], as: h1}           # norm 1 input with gamma, row scale deferred
     h1 = x1 * gamma1
-    # specs/llama3_last_recompute.yaml:34: - {reduce_row: sumsq, of: x1, as: ss1}
+    # specs/llama3_last_recompute.yaml:40: - {reduce_row: sumsq, of: x1, as: ss1}
     # ss1: sum over columns of x1 * x1 -> (M, cdiv(2048, tile_N)) partials
-    # specs/llama3_last_recompute.yaml:35: - {store: x1}
-    # specs/llama3_last_recompute.yaml:36: - {store: h1}
+    # specs/llama3_last_recompute.yaml:41: - {store: x1}
+    # specs/llama3_last_recompute.yaml:42: - {store: h1}
     return {"ss1": (x1, x1), "D": x1, "h1": h1}
 
 
-# specs/llama3_last_recompute.yaml:38: kernel 'gate_up'
+# specs/llama3_last_recompute.yaml:44: kernel 'gate_up'
 @gemm_epilogue(
     ops={"r1": ColVecLoad("r1")},
     outputs=(TileStore("act", gated=True),),
     mode="acc_pair",
 )
 def coda_gate_up(acc, r1):
-    # specs/llama3_last_recompute.yaml:41: - {load_col: r1}
-    # specs/llama3_last_recompute.yaml:42: - {mul: [acc, r1], as: z1}              # = rms_norm(x1, gamma1) @ w_gu^T
+    # specs/llama3_last_recompute.yaml:47: - {load_col: r1}
+    # specs/llama3_last_recompute.yaml:48: - {mul: [acc, r1], as: z1}              # = rms_norm(x1, gamma1) @ w_gu^T
     z1 = acc * r1
-    # specs/llama3_last_recompute.yaml:43: - {swiglu: z1, as: act}                 # silu(gate) * up on adjacent pairs, F wide
+    # specs/llama3_last_recompute.yaml:49: - {swiglu: z1, as: act}                 # silu(gate) * up on adjacent pairs, F wide
     z1_g, z1_u = unpack(z1)
     act = swiglu(z1_g, z1_u)
-    # specs/llama3_last_recompute.yaml:44: - {store: act}
+    # specs/llama3_last_recompute.yaml:50: - {store: act}
     return {"act": act}
 
 
-# specs/llama3_last_recompute.yaml:45: kernel 'down_proj'
+# specs/llama3_last_recompute.yaml:51: kernel 'down_proj'
 @gemm_epilogue(
     ops={"x1": TileLoad("x1"), "gamma_f": RowVecLoad("gamma_f")},
     outputs=(TileStore("h2"),),
     reduces={"ss2": ColVecReduce("ss2", scaled=True)},
 )
 def coda_down_proj(acc, x1, gamma_f):
-    # specs/llama3_last_recompute.yaml:48: - {load_tile: x1}
-    # specs/llama3_last_recompute.yaml:49: - {add: [acc, x1], as: x2}
+    # specs/llama3_last_recompute.yaml:54: - {load_tile: x1}
+    # specs/llama3_last_recompute.yaml:55: - {add: [acc, x1], as: x2}
     x2 = acc + x1
-    # specs/llama3_last_recompute.yaml:50: - {load_row: gamma_f}
-    # specs/llama3_last_recompute.yaml:51: - {mul: [x2, gamma_f], as: h2}          # final norm input with gamma, row scale deferred
+    # specs/llama3_last_recompute.yaml:56: - {load_row: gamma_f}
+    # specs/llama3_last_recompute.yaml:57: - {mul: [x2, gamma_f], as: h2}          # final norm input with gamma, row scale deferred
     h2 = x2 * gamma_f
-    # specs/llama3_last_recompute.yaml:52: - {reduce_row: sumsq, of: x2, as: ss2}
+    # specs/llama3_last_recompute.yaml:58: - {reduce_row: sumsq, of: x2, as: ss2}
     # ss2: sum over columns of x2 * x2 -> (M, cdiv(2048, tile_N)) partials
-    # specs/llama3_last_recompute.yaml:53: - {store: x2}
-    # specs/llama3_last_recompute.yaml:54: - {store: h2}                           # saved: the backward's logits GEMM reads it again
+    # specs/llama3_last_recompute.yaml:59: - {store: x2}
+    # specs/llama3_last_recompute.yaml:60: - {store: h2}                           # saved: the backward's logits GEMM reads it again
     return {"ss2": (x2, x2), "D": x2, "h2": h2}
 
 
-# specs/llama3_last_recompute.yaml:56: kernel 'lm_head_lse'
+# specs/llama3_last_recompute.yaml:62: kernel 'lm_head_lse'
 _idx_target = ColVecLoad("target")
 
 
@@ -90,18 +90,18 @@ _idx_target = ColVecLoad("target")
     extra_ops=(_idx_target,),
 )
 def coda_lm_head_lse(acc, r2):
-    # specs/llama3_last_recompute.yaml:59: - {load_col: r2}
-    # specs/llama3_last_recompute.yaml:60: - {mul: [acc, r2], as: logits}          # = rms_norm(x2, gamma_f) @ w_lm^T
+    # specs/llama3_last_recompute.yaml:65: - {load_col: r2}
+    # specs/llama3_last_recompute.yaml:66: - {mul: [acc, r2], as: logits}          # = rms_norm(x2, gamma_f) @ w_lm^T
     logits = acc * r2
-    # specs/llama3_last_recompute.yaml:61: - {reduce_row: logsumexp, of: logits, as: lse_part}       # online (max, sum exp) per N-tile
+    # specs/llama3_last_recompute.yaml:67: - {reduce_row: logsumexp, of: logits, as: lse_part}       # online (max, sum exp) per N-tile
     # lse_part: logsumexp over columns of logits -> (M, cdiv(128256, tile_N)) partials
-    # specs/llama3_last_recompute.yaml:62: - {gather_col: logits, index: target, as: target_logit}   # 0 on ignored rows
-    # specs/llama3_last_recompute.yaml:63: - {store: target_logit}                 # one fp32 per row
+    # specs/llama3_last_recompute.yaml:68: - {gather_col: logits, index: target, as: target_logit}   # 0 on ignored rows
+    # specs/llama3_last_recompute.yaml:69: - {store: target_logit}                 # one fp32 per row
     # target_logit: per row m, logits at column target[m] -> (M,) fp32
     return {"lse_part": logits, "target_logit": logits}
 
 
-# specs/llama3_last_recompute.yaml:95: kernel 'lm_head_ce_bwd'
+# specs/llama3_last_recompute.yaml:101: kernel 'lm_head_ce_bwd'
 @gemm_epilogue(
     ops={
         "r2": ColVecLoad("r2"),
@@ -114,31 +114,31 @@ def coda_lm_head_lse(acc, r2):
     reduces={"zdz2_part": ColVecReduce("zdz2_part", scaled=True)},
 )
 def coda_lm_head_ce_bwd(acc, r2, lse, d_lse, columns, target, d_target_logit):
-    # specs/llama3_last_recompute.yaml:98: - {load_col: r2}
-    # specs/llama3_last_recompute.yaml:99: - {mul: [acc, r2], as: logits}        # the forward's logits, recomputed
+    # specs/llama3_last_recompute.yaml:104: - {load_col: r2}
+    # specs/llama3_last_recompute.yaml:105: - {mul: [acc, r2], as: logits}        # the forward's logits, recomputed
     logits = acc * r2
-    # specs/llama3_last_recompute.yaml:100: - {load_col: lse}
-    # specs/llama3_last_recompute.yaml:101: - {sub: [logits, lse], as: shifted}
+    # specs/llama3_last_recompute.yaml:106: - {load_col: lse}
+    # specs/llama3_last_recompute.yaml:107: - {sub: [logits, lse], as: shifted}
     shifted = logits - lse
-    # specs/llama3_last_recompute.yaml:102: - {exp: shifted, as: p}               # softmax, from the saved lse
+    # specs/llama3_last_recompute.yaml:108: - {exp: shifted, as: p}               # softmax, from the saved lse
     p = cute.math.exp(shifted)
-    # specs/llama3_last_recompute.yaml:103: - {load_col: d_lse}
-    # specs/llama3_last_recompute.yaml:104: - {mul: [p, d_lse], as: dl_lse}       # d lse / d logits = softmax
+    # specs/llama3_last_recompute.yaml:109: - {load_col: d_lse}
+    # specs/llama3_last_recompute.yaml:110: - {mul: [p, d_lse], as: dl_lse}       # d lse / d logits = softmax
     dl_lse = p * d_lse
-    # specs/llama3_last_recompute.yaml:105: - {onehot: target, as: oh}            # all zero on ignored rows
+    # specs/llama3_last_recompute.yaml:111: - {onehot: target, as: oh}            # all zero on ignored rows
     oh = select(columns == target, 1.0, 0.0)
-    # specs/llama3_last_recompute.yaml:106: - {load_col: d_target_logit}
-    # specs/llama3_last_recompute.yaml:107: - {mul: [oh, d_target_logit], as: dl_pick}   # d target_logit / d logits = onehot
+    # specs/llama3_last_recompute.yaml:112: - {load_col: d_target_logit}
+    # specs/llama3_last_recompute.yaml:113: - {mul: [oh, d_target_logit], as: dl_pick}   # d target_logit / d logits = onehot
     dl_pick = oh * d_target_logit
-    # specs/llama3_last_recompute.yaml:108: - {add: [dl_lse, dl_pick], as: dlogits}
+    # specs/llama3_last_recompute.yaml:114: - {add: [dl_lse, dl_pick], as: dlogits}
     dlogits = dl_lse + dl_pick
-    # specs/llama3_last_recompute.yaml:109: - {store: dlogits, dtype: bf16}       # M x V bf16, the A operand of the next two GEMMs
-    # specs/llama3_last_recompute.yaml:110: - {reduce_row: dot, of: [logits, dlogits], as: zdz2_part}   # sum_k z_k dz_k
+    # specs/llama3_last_recompute.yaml:115: - {store: dlogits, dtype: bf16}       # M x V bf16, the A operand of the next two GEMMs
+    # specs/llama3_last_recompute.yaml:116: - {reduce_row: dot, of: [logits, dlogits], as: zdz2_part}   # sum_k z_k dz_k
     # zdz2_part: sum over columns of logits * dlogits -> (M, cdiv(128256, tile_N)) partials
     return {"D": dlogits, "zdz2_part": (logits, dlogits)}
 
 
-# specs/llama3_last_recompute.yaml:112: kernel 'dgrad_lm_norm_f'
+# specs/llama3_last_recompute.yaml:118: kernel 'dgrad_lm_norm_f'
 @gemm_epilogue(
     ops={
         "x2": TileLoad("x2"),
@@ -150,74 +150,74 @@ def coda_lm_head_ce_bwd(acc, r2, lse, d_lse, columns, target, d_target_logit):
     reduces={"dgamma_f_part": RowVecReduce("dgamma_f_part", scaled=True)},
 )
 def coda_dgrad_lm_norm_f(acc, x2, r2, zdz2, gamma_f):
-    # specs/llama3_last_recompute.yaml:115: - {load_tile: x2}
-    # specs/llama3_last_recompute.yaml:116: - {load_col: r2}
-    # specs/llama3_last_recompute.yaml:117: - {load_col: zdz2}
-    # specs/llama3_last_recompute.yaml:118: - {load_row: gamma_f}
-    # specs/llama3_last_recompute.yaml:119: - {mul: [x2, r2], as: u2}
+    # specs/llama3_last_recompute.yaml:121: - {load_tile: x2}
+    # specs/llama3_last_recompute.yaml:122: - {load_col: r2}
+    # specs/llama3_last_recompute.yaml:123: - {load_col: zdz2}
+    # specs/llama3_last_recompute.yaml:124: - {load_row: gamma_f}
+    # specs/llama3_last_recompute.yaml:125: - {mul: [x2, r2], as: u2}
     u2 = x2 * r2
-    # specs/llama3_last_recompute.yaml:120: - {mul: [acc, gamma_f], as: g_gamma}
+    # specs/llama3_last_recompute.yaml:126: - {mul: [acc, gamma_f], as: g_gamma}
     g_gamma = acc * gamma_f
-    # specs/llama3_last_recompute.yaml:121: - {mul: [u2, zdz2], as: u_zdz}
+    # specs/llama3_last_recompute.yaml:127: - {mul: [u2, zdz2], as: u_zdz}
     u_zdz = u2 * zdz2
-    # specs/llama3_last_recompute.yaml:122: - {sub: [g_gamma, u_zdz], as: dxn}
+    # specs/llama3_last_recompute.yaml:128: - {sub: [g_gamma, u_zdz], as: dxn}
     dxn = g_gamma - u_zdz
-    # specs/llama3_last_recompute.yaml:123: - {mul: [dxn, r2], as: dx_norm}
+    # specs/llama3_last_recompute.yaml:129: - {mul: [dxn, r2], as: dx_norm}
     dx_norm = dxn * r2
-    # specs/llama3_last_recompute.yaml:124: - {store: dx_norm, to: dx2}           # x2 feeds only the final norm
-    # specs/llama3_last_recompute.yaml:125: - {mul: [u2, gamma_f], as: v2}        # recomputed final-norm output
+    # specs/llama3_last_recompute.yaml:130: - {store: dx_norm, to: dx2}           # x2 feeds only the final norm
+    # specs/llama3_last_recompute.yaml:131: - {mul: [u2, gamma_f], as: v2}        # recomputed final-norm output
     v2 = u2 * gamma_f
-    # specs/llama3_last_recompute.yaml:126: - {store: v2}
-    # specs/llama3_last_recompute.yaml:127: - {reduce_col: dot, of: [acc, u2], as: dgamma_f_part}
+    # specs/llama3_last_recompute.yaml:132: - {store: v2}
+    # specs/llama3_last_recompute.yaml:133: - {reduce_col: dot, of: [acc, u2], as: dgamma_f_part}
     # dgamma_f_part: sum over rows of acc * u2 -> (cdiv(M, tile_M), 2048) partials
     return {"D": dx_norm, "v2": v2, "dgamma_f_part": (acc, u2)}
 
 
-# specs/llama3_last_recompute.yaml:129: kernel 'wgrad_lm'
+# specs/llama3_last_recompute.yaml:135: kernel 'wgrad_lm'
 @gemm_epilogue()
 def coda_wgrad_lm(acc):
-    # specs/llama3_last_recompute.yaml:132: - {store: acc, to: dw_lm}
+    # specs/llama3_last_recompute.yaml:138: - {store: acc, to: dw_lm}
     return {"D": acc}
 
 
-# specs/llama3_last_recompute.yaml:133: kernel 'recompute_gate_up'
+# specs/llama3_last_recompute.yaml:139: kernel 'recompute_gate_up'
 @gemm_epilogue(ops={"r1": ColVecLoad("r1")})
 def coda_recompute_gate_up(acc, r1):
-    # specs/llama3_last_recompute.yaml:136: - {load_col: r1}
-    # specs/llama3_last_recompute.yaml:137: - {mul: [acc, r1], as: z1_r}          # = the forward's z1, recomputed
+    # specs/llama3_last_recompute.yaml:142: - {load_col: r1}
+    # specs/llama3_last_recompute.yaml:143: - {mul: [acc, r1], as: z1_r}          # = the forward's z1, recomputed
     z1_r = acc * r1
-    # specs/llama3_last_recompute.yaml:138: - {store: z1_r, dtype: bf16}          # rounded as llama3_last's saved z1
+    # specs/llama3_last_recompute.yaml:144: - {store: z1_r, dtype: bf16}          # rounded as llama3_last's saved z1
     return {"D": z1_r}
 
 
-# specs/llama3_last_recompute.yaml:139: kernel 'dgrad_down_dswiglu'
+# specs/llama3_last_recompute.yaml:145: kernel 'dgrad_down_dswiglu'
 @gemm_epilogue(
     outputs=(TileStore("act_r"),),
     reduces={"zdz1_part": ColVecReduce("zdz1_part")},
     mode="packed_cd_b16x2",
 )
 def coda_dgrad_down_dswiglu(acc, c):
-    # specs/llama3_last_recompute.yaml:142: - {load_tile: z1_r}                   # packed (gate, up) pairs, 2F wide
+    # specs/llama3_last_recompute.yaml:148: - {load_tile: z1_r}                   # packed (gate, up) pairs, 2F wide
     z1_r = c
-    # specs/llama3_last_recompute.yaml:143: - {dswiglu: acc, z: z1_r, as: [dz1, act_r]}   # dz1 packed like z1; act_r = silu(g)*u recomputed
+    # specs/llama3_last_recompute.yaml:149: - {dswiglu: acc, z: z1_r, as: [dz1, act_r]}   # dz1 packed like z1; act_r = silu(g)*u recomputed
     z1_r_g, z1_r_u = unpack(z1_r)
     dz1_g, dz1_u, act_r = dswiglu(z1_r_g, z1_r_u, acc)
     dz1 = pack(dz1_g, dz1_u)
-    # specs/llama3_last_recompute.yaml:144: - {store: dz1}
-    # specs/llama3_last_recompute.yaml:145: - {store: act_r}
-    # specs/llama3_last_recompute.yaml:146: - {reduce_row: dot, of: [z1_r, dz1], as: zdz1_part}
+    # specs/llama3_last_recompute.yaml:150: - {store: dz1}
+    # specs/llama3_last_recompute.yaml:151: - {store: act_r}
+    # specs/llama3_last_recompute.yaml:152: - {reduce_row: dot, of: [z1_r, dz1], as: zdz1_part}
     # zdz1_part: sum over columns of z1_r * dz1 -> (M, cdiv(8192, tile_N)) partials
     return {"D": dz1, "act_r": act_r, "zdz1_part": z1_r_g * dz1_g + z1_r_u * dz1_u}
 
 
-# specs/llama3_last_recompute.yaml:148: kernel 'wgrad_down'
+# specs/llama3_last_recompute.yaml:154: kernel 'wgrad_down'
 @gemm_epilogue()
 def coda_wgrad_down(acc):
-    # specs/llama3_last_recompute.yaml:151: - {store: acc, to: dw_down}
+    # specs/llama3_last_recompute.yaml:157: - {store: acc, to: dw_down}
     return {"D": acc}
 
 
-# specs/llama3_last_recompute.yaml:152: kernel 'dgrad_gu_norm1'
+# specs/llama3_last_recompute.yaml:158: kernel 'dgrad_gu_norm1'
 @gemm_epilogue(
     ops={
         "x1": TileLoad("x1"),
@@ -229,45 +229,45 @@ def coda_wgrad_down(acc):
     reduces={"dgamma1_part": RowVecReduce("dgamma1_part", scaled=True)},
 )
 def coda_dgrad_gu_norm1(acc, x1, r1, zdz1, gamma1):
-    # specs/llama3_last_recompute.yaml:155: - {load_tile: x1}
-    # specs/llama3_last_recompute.yaml:156: - {load_col: r1}
-    # specs/llama3_last_recompute.yaml:157: - {load_col: zdz1}
-    # specs/llama3_last_recompute.yaml:158: - {load_row: gamma1}
-    # specs/llama3_last_recompute.yaml:159: - {mul: [x1, r1], as: u1}
+    # specs/llama3_last_recompute.yaml:161: - {load_tile: x1}
+    # specs/llama3_last_recompute.yaml:162: - {load_col: r1}
+    # specs/llama3_last_recompute.yaml:163: - {load_col: zdz1}
+    # specs/llama3_last_recompute.yaml:164: - {load_row: gamma1}
+    # specs/llama3_last_recompute.yaml:165: - {mul: [x1, r1], as: u1}
     u1 = x1 * r1
-    # specs/llama3_last_recompute.yaml:160: - {mul: [acc, gamma1], as: g_gamma}
+    # specs/llama3_last_recompute.yaml:166: - {mul: [acc, gamma1], as: g_gamma}
     g_gamma = acc * gamma1
-    # specs/llama3_last_recompute.yaml:161: - {mul: [u1, zdz1], as: u_zdz}
+    # specs/llama3_last_recompute.yaml:167: - {mul: [u1, zdz1], as: u_zdz}
     u_zdz = u1 * zdz1
-    # specs/llama3_last_recompute.yaml:162: - {sub: [g_gamma, u_zdz], as: dxn}
+    # specs/llama3_last_recompute.yaml:168: - {sub: [g_gamma, u_zdz], as: dxn}
     dxn = g_gamma - u_zdz
-    # specs/llama3_last_recompute.yaml:163: - {mul: [dxn, r1], as: dx_norm}
+    # specs/llama3_last_recompute.yaml:169: - {mul: [dxn, r1], as: dx_norm}
     dx_norm = dxn * r1
-    # specs/llama3_last_recompute.yaml:164: - {store: dx_norm, to: dx0, add_to: dx2}    # dx1 (= dx0) = dx2 + norm-1 branch
-    # specs/llama3_last_recompute.yaml:165: - {mul: [u1, gamma1], as: v1}
+    # specs/llama3_last_recompute.yaml:170: - {store: dx_norm, to: dx0, add_to: dx2}    # dx1 (= dx0) = dx2 + norm-1 branch
+    # specs/llama3_last_recompute.yaml:171: - {mul: [u1, gamma1], as: v1}
     v1 = u1 * gamma1
-    # specs/llama3_last_recompute.yaml:166: - {store: v1}
-    # specs/llama3_last_recompute.yaml:167: - {reduce_col: dot, of: [acc, u1], as: dgamma1_part}
+    # specs/llama3_last_recompute.yaml:172: - {store: v1}
+    # specs/llama3_last_recompute.yaml:173: - {reduce_col: dot, of: [acc, u1], as: dgamma1_part}
     # dgamma1_part: sum over rows of acc * u1 -> (cdiv(M, tile_M), 2048) partials
     return {"D": dx_norm, "v1": v1, "dgamma1_part": (acc, u1)}
 
 
-# specs/llama3_last_recompute.yaml:169: kernel 'wgrad_gu'
+# specs/llama3_last_recompute.yaml:175: kernel 'wgrad_gu'
 @gemm_epilogue()
 def coda_wgrad_gu(acc):
-    # specs/llama3_last_recompute.yaml:172: - {store: acc, to: dw_gu}
+    # specs/llama3_last_recompute.yaml:178: - {store: acc, to: dw_gu}
     return {"D": acc}
 
 
-# specs/llama3_last_recompute.yaml:173: kernel 'dgrad_out_proj'
+# specs/llama3_last_recompute.yaml:179: kernel 'dgrad_out_proj'
 @gemm_epilogue()
 def coda_dgrad_out_proj(acc):
-    # specs/llama3_last_recompute.yaml:176: - {store: acc, to: dy}
+    # specs/llama3_last_recompute.yaml:182: - {store: acc, to: dy}
     return {"D": acc}
 
 
-# specs/llama3_last_recompute.yaml:177: kernel 'wgrad_out_proj'
+# specs/llama3_last_recompute.yaml:183: kernel 'wgrad_out_proj'
 @gemm_epilogue()
 def coda_wgrad_out_proj(acc):
-    # specs/llama3_last_recompute.yaml:180: - {store: acc, to: dw_o}
+    # specs/llama3_last_recompute.yaml:186: - {store: acc, to: dw_o}
     return {"D": acc}
