@@ -35,6 +35,7 @@ FUNCTIONS = {
     "silu": "x * sigmoid(x)",
     "sigmoid": "logistic",
     "relu": "max(x, 0)",
+    "leaky_relu": "leaky_relu(x, negative_slope): x above 0, negative_slope * x below",
     "gelu": "gelu(x, approximate='tanh'|'none'); default 'none' as in torch",
     "tanh": "",
     "exp": "",

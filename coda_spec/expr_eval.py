@@ -68,6 +68,7 @@ FUNCS = {
     "silu": F.silu,
     "sigmoid": torch.sigmoid,
     "relu": torch.relu,
+    "leaky_relu": F.leaky_relu,
     "gelu": F.gelu,
     "tanh": torch.tanh,
     "exp": torch.exp,

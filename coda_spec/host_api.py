@@ -152,6 +152,15 @@ class HostCtx:
     def kind(self, name: str) -> str:
         return self.kinds[name].kind
 
+    def value_type(self, name: str):
+        """The ``VType`` of body value ``name``, as ``analyze`` typed it."""
+        return self.kinds[name]
+
+    def declare(self, name: str, vt) -> None:
+        """Give a temporary its type before it is bound (an item lowered as several
+        primitives' statements, ``primitives._composite``, names its intermediate values)."""
+        self.kinds[name] = vt
+
     def lanes_of(self, width) -> int:
         if not isinstance(width, int) or width % self.slots:
             raise self.error(f"width {width} is not a multiple of the step's {self.slots} slots")

@@ -48,7 +48,7 @@ def test_architecture_docs_quote_softcap_as_it_is():
     source = (ROOT / "coda_spec" / "primitives" / "softcap.py").read_text()
     quoted = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert any(block.strip() in source for block in quoted)
-    assert "PRIMITIVE = parameterised_unary(" in quoted[0]
+    assert "PRIMITIVE = composite(" in quoted[0]
 
 
 def test_the_training_example_trains_on_the_cpu(tmp_path, monkeypatch):

@@ -1,14 +1,15 @@
 """The `softcap` primitive (cap * tanh(x / cap)): math, validation, lowering and host kernel.
 
-``softcap`` lives in one file (``coda_spec/primitives/softcap.py``) built by
-``_elementwise.parameterised_unary``; these tests check every layer that file feeds:
+``softcap`` lives in one file (``coda_spec/primitives/softcap.py``), one expression built by
+``_composite.composite``; these tests check every layer that file feeds:
 
 * Reference algebra against torch, and the CuTe chain (div -> tanh -> mul) means the same math.
 * Validation: a missing or non-positive ``cap`` is one located error.
 * ``tests/specs_extra/softcap_logits.yaml`` is proven by ``coda check --math``; every mutant
   (another cap, the sibling ``tanh``) is caught.
-* Lowering: the GEMM epilogue is exactly the lines of the registered div, tanh and mul
-  primitives, in plain and in acc_pair mode (so it follows any change of their text).
+* Lowering: the GEMM epilogue and the host kernel are exactly the lines of the registered div,
+  tanh and mul primitives, in plain and in acc_pair mode (so they follow any change of their
+  text).
 * Host kernels: the generated Triton text runs under Triton's CPU interpreter and matches the
   reference.
 """
@@ -27,6 +28,7 @@ from coda_spec.lower.module import lower_spec
 from coda_spec.primitives import registry
 from coda_spec.source import parse_text
 from tests.conftest import ROOT, needs_triton
+from tests.primitive_checks import lowers_as
 
 SPEC = ROOT / "tests" / "specs_extra" / "softcap_logits.yaml"
 
@@ -156,51 +158,19 @@ def test_every_softcap_mutant_is_caught():
 # -- GEMM-epilogue lowering ------------------------------------------------------------------
 
 
-def _body(text: str) -> list[str]:
-    """The statements of the one generated epilogue fn (comments dropped)."""
-    lowered = lower_spec(check_source(parse_text("sc.yaml", text)), BuildConfig())
-    [kernel] = lowered.kernels
-    return [ln.strip() for ln in kernel.body if not ln.strip().startswith("#")]
-
-
-_PAIRS = """\
-coda: 1
-name: sc_pairs
-dims: {{M: dynamic, D: 64, F: 128}}
-tensors:
-  h: {{shape: [M, D], dtype: bf16}}
-  w: {{shape: ["2*F", D], dtype: bf16}}
-steps:
-  - kernel: gate_up
-    gemm: {{a: h, b: w.T}}
-    epilogue:
-{items}
-      - {{swiglu: z, as: out}}
-      - {{store: out}}
-outputs: {{out: bf16}}
-"""
-
-
 @pytest.mark.parametrize("pairs", [False, True], ids=["plain", "acc_pair"])
 def test_lowering_is_the_lines_of_div_tanh_mul(pairs):
     """softcap emits exactly what the three registered primitives emit, in either mode."""
-    name = "z" if pairs else "logits"
-    fused = f"      - {{softcap: acc, cap: 30.0, as: {name}}}"
-    spelled = "\n".join(
-        [
-            f"      - {{div: [acc, 30.0], as: {name}_div}}",
-            f"      - {{tanh: {name}_div, as: {name}_tanh}}",
-            f"      - {{mul: [{name}_tanh, 30.0], as: {name}}}",
-        ]
-    )
-    if pairs:
-        got, want = _body(_PAIRS.format(items=fused)), _body(_PAIRS.format(items=spelled))
-    else:
-        got = _body(_TEXT.format(item=fused.strip()[2:]))
-        want = _body(_TEXT.format(item="ITEM").replace("      - ITEM", spelled))
-    assert got == want
-    assert got[0].startswith(f"{name}_div = ") and got[1].startswith(f"{name}_tanh = ")
-    assert got[2] == f"{name} = {name}_tanh * 30.0"
+    name = "z1" if pairs else "logits"
+    spelled = [
+        f"{{div: [acc, 30.0], as: {name}_div}}",
+        f"{{tanh: {name}_div, as: {name}_tanh}}",
+        f"{{mul: [{name}_tanh, 30.0], as: {name}}}",
+    ]
+    got = lowers_as(f"{{softcap: acc, cap: 30.0, as: {name}}}", spelled, name, pairs)
+    at = next(i for i, ln in enumerate(got) if ln.startswith(f"{name}_div = "))
+    assert got[at + 1].startswith(f"{name}_tanh = ")
+    assert got[at + 2] == f"{name} = {name}_tanh * 30.0"
 
 
 def test_lowering_of_the_spec_file():
@@ -251,8 +221,10 @@ def test_host_text_is_the_lane_template():
 
     checked = check_source(parse_text("host_softcap.yaml", _HOST))
     src = host_kernel(checked, "capped").source
-    assert "y = 30.0 * (2.0 * tl.sigmoid(2.0 * (big / 30.0)) - 1.0)" in src
-    assert "sc = 0.5 * (2.0 * tl.sigmoid(2.0 * (s / 0.5)) - 1.0)" in src
+    # the composite's body, tanh(x / cap) * cap: the div, tanh and mul primitives' own lines
+    assert "y_div = big / 30.0\n        y_tanh = (2.0 * tl.sigmoid(2.0 * y_div) - 1.0)\n" in src
+    assert "        y = y_tanh * 30.0\n" in src
+    assert "    sc_div = s / 0.5\n    sc_tanh = (2.0 * tl.sigmoid(2.0 * sc_div) - 1.0)\n" in src
 
 
 @pytest.mark.slow  # Triton's CPU interpreter in a subprocess

@@ -13,7 +13,7 @@ Layer map
 * ``coda_spec/primitives/__init__.py`` — the registry: every module of the package not starting
   with ``_`` (and not this one) is a primitive file exporting ``PRIMITIVE``, discovered by listing
   the package; no list to edit, no decorators, no import-time side effects. ``_``-modules hold
-  shared builders (``_elementwise.parameterised_unary`` makes ``softcap`` a ~15-line file).
+  shared builders (``_composite.composite`` makes ``softcap`` one expression).
 * Adding a primitive touches only its file: the validator derives the keys an item may hold from
   the schemas (``validate.item_fields``), the JSON Schema and the docs' primitive reference are
   generated from the registry, and ``version`` feeds every build's content address

@@ -6,14 +6,12 @@ no logit runs away; fused here into the LM head's epilogue, the capped logits ar
 ever written. `cap` is an immediate (compiled into the kernel) and must be positive.
 """
 
-from coda_spec.primitives._elementwise import HOST_TANH, parameterised_unary
+from coda_spec.primitives._composite import composite
 
-PRIMITIVE = parameterised_unary(
+PRIMITIVE = composite(
     "softcap",
     params={"cap": {"type": "number", "exclusiveMinimum": 0}},
-    torch=lambda rt, x, cap: cap * rt.torch.tanh(x / cap),
-    cute=(("div", "cap"), ("tanh",), ("mul", "cap")),
-    triton="{cap} * " + HOST_TANH.format(x="({x} / {cap})"),
+    body="tanh(x / cap) * cap",
     summary="Soft-cap a value into (-cap, cap): cap * tanh(x / cap), as on Gemma 2's logits.",
     example="- {softcap: acc, cap: 30.0, as: logits}",
     siblings=("tanh",),
