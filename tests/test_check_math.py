@@ -35,6 +35,20 @@ def test_bundled_spec_is_proven(path):
     assert not report.gaps, report.gaps  # the drawn inputs exercise every branch item
 
 
+EXTRA = sorted(
+    p
+    for p in (ROOT / "tests" / "specs_extra").glob("*.yaml")
+    if check_file(p).spec.equivalent_to is not None  # the others test host kernels, not math
+)
+
+
+@pytest.mark.parametrize("path", EXTRA, ids=lambda p: p.stem)
+def test_an_extra_spec_with_equivalent_to_is_proven(path):
+    report = prove(check_file(path))
+    assert report.ok, [p for p in report.proofs if not p.ok]
+    assert not report.gaps, report.gaps
+
+
 @pytest.mark.slow
 def test_cli_math_all_bundled_specs_exit_0():
     res = coda_check("--math", ROOT / "specs")
