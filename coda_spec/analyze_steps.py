@@ -36,6 +36,7 @@ class StepWalker:
         self.finalized: set = set()
         self.rows = None  # rows of the step being walked (for load hints)
         self.width_src = None  # (tensor, dim index) the step's width comes from (for notes)
+        self.vector_over = None  # a host step over a vector: its name (no per-column values)
         self.unknown: set = set()  # unknown tensor names, reported once at their first use
         # Where this walker's outputs are declared (the backward walker gets the forward tensors).
         self.out_section = ("outputs",) if forward is None else ("backward", "outputs")
@@ -154,6 +155,7 @@ class StepWalker:
     def epilogue_step(self, step, scope, quiet):
         is_kernel = step.kind == "kernel"
         env: dict = {}
+        self.vector_over = None
         if is_kernel:
             shape = self._gemm(step, scope, quiet)
             if shape is None:
@@ -171,14 +173,19 @@ class StepWalker:
             over = self.tensor(step.over, scope, step.loc.path + ("over",), quiet)
             if over is None:
                 return self._failed(step, scope)
-            if len(over.shape) != 2:
+            if len(over.shape) not in (1, 2):
                 self.err(
                     step.loc.path + ("over",),
-                    f"host steps iterate over a matrix; '{step.over}' has rank {len(over.shape)}",
+                    f"host steps iterate over the rows of a matrix or the elements of a vector; "
+                    f"'{step.over}' has rank {len(over.shape)}",
                 )
                 return self._failed(step, scope)
-            (rows, width), k = over.shape, None
-            self.width_src = (over, 1, f"host step '{step.name}' is {{w}} wide")
+            # over a vector [M]: one row per element and no columns (per-row values only)
+            rows, width, k = over.shape[0], (over.shape + (None,))[1], None
+            if width is not None:
+                self.width_src = (over, 1, f"host step '{step.name}' is {{w}} wide")
+            else:
+                self.vector_over = step.over
             dtype = over.dtype if over.dtype not in INDEX_DTYPES else "fp32"
             ops = step.body
         tc = TypeCtx(rows, width, self.sizes, is_kernel)
@@ -344,6 +351,16 @@ class StepWalker:
         poisoned = any(v.kind == "unknown" for v in flat(ins.values()))
         if poisoned:  # an earlier error already explains this item; stay quiet
             results = (VType("unknown"),) * max(len(op.results), 1)
+        elif (
+            ok and self.vector_over and p.tensors and op.prim.startswith(("load_tile", "load_row"))
+        ):
+            t = op.get(p.tensors[0])
+            self.err(
+                path + (op.prim,),
+                f"'{t}' has columns; a host step over the vector '{self.vector_over}' has none "
+                "(every value is per row)",
+                f"iterate over a matrix instead: over: {t}",
+            )
         elif ok:
             try:
                 results = p.infer(tc, op, ins, tensors)

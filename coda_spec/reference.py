@@ -142,7 +142,8 @@ def _run_step(rt_args, step, env, perturb=None, hook=None):
         _run_ops(rt, step.epilogue, {"acc": acc}, env, perturb, hook)
     else:
         over = env[step.over]
-        rt = RefCtx(precision, sizes, analysis, width=over.shape[1], rows=over.shape[0])
+        width = over.shape[1] if over.dim() == 2 else None  # over a vector: no columns
+        rt = RefCtx(precision, sizes, analysis, width=width, rows=over.shape[0])
         _run_ops(rt, step.body, {}, env, perturb, hook)
 
 

@@ -95,7 +95,14 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "sem_value_before_def": [(16, 20, "value 'gamma' is used before it is defined (line 17)")],
     "name_acc_reserved": [(12, 25, "'acc' is the accumulator")],
     "host_reads_acc": [(11, 37, "host steps have no accumulator 'acc'")],
-    "host_over_vector": [(10, 11, "host steps iterate over a matrix; 'dloss' has rank 1")],
+    "host_over_vector": [
+        (
+            12,
+            21,
+            "'logits' has columns; a host step over the vector 'dloss' has none (every "
+            "value is per row)",
+        )
+    ],
     "step_writes_nothing": [(14, 5, "step 'probe' writes nothing")],
     # -- GEMM operands ---------------------------------------------------------------------------
     "gemm_unknown_operand": [(11, 21, "unknown tensor 'w_out'; did you mean 'w_o'?")],

@@ -79,6 +79,12 @@ CASES = {
         "block": 8,  # 20 slots of 2 lanes
         "force": {"idx": {"0": 39, "1": -1, "2": 0}},  # last column, ignored, first column
     },
+    "host_vector": {
+        "spec": f"{EXTRA}/host_vector.yaml",
+        "step": "nll",
+        "rows": 7,
+        "block": 1,  # over a vector: per-row values only, no loop
+    },
 }
 
 TOLERANCE = {"fp32": (1e-5, 1e-5), "bf16": (2**-8, 1e-5), "fp16": (2**-11, 1e-5)}
@@ -255,7 +261,7 @@ def test_compiles_to_a_cubin(spec, step, tmp_path):
 
 @pytest.mark.slow
 @needs_triton
-@pytest.mark.parametrize("case", ["host_elementwise", "host_pairs", "host_gather"])
+@pytest.mark.parametrize("case", ["host_elementwise", "host_pairs", "host_gather", "host_vector"])
 def test_test_specs_compile(case, tmp_path):
     """The synthetic specs' kernels (every host lowering: 1, 2 and 4 lanes, masks, online
     log-sum-exp, gathers) compile too, at the default chunk and at the test's masked one."""
