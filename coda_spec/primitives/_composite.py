@@ -1,11 +1,13 @@
 """A primitive whose math is one expression over registered elementwise primitives.
 
 ``composite(name, body=...)`` turns a few lines of math into a whole primitive: its typing, its
-torch reference, its GEMM-epilogue (CuTe) text, its host-step (Triton) text and its mutants all
-come from the one ``body``, each by handing the expression's operations, in order, to the
-registered primitive that computes them. A new parameterised op is one call, and its math is
-written once (issue 22, item 9), where ``_elementwise.parameterised_unary`` takes the torch
-math, a CuTe chain and a Triton template separately.
+torch reference, its GEMM-epilogue (CuTe) text and its host-step (Triton) text all come from the
+one ``body``, each by handing the expression's operations, in order, to the registered primitive
+that computes them; so do where it lowers and which configs it supports (its constituents').
+Its mutants are each parameter moved and its ``siblings`` swapped in. A new parameterised op is
+one call, and its math is written once (issue 22, item 9), where
+``_elementwise.parameterised_unary`` takes the torch math, a CuTe chain and a Triton template
+separately.
 
 The body is Python expression syntax, parsed once, at import (a malformed body fails the
 import, naming the primitive):
@@ -234,6 +236,13 @@ def composite(
     no_mode = {}
     for u in sorted(used):
         no_mode.update(prims[u].no_mode)
+
+    def supports(config, sizes, op):
+        return next(
+            (why for p in prims.values() if (why := p.supports(config, sizes, op)) is not None),
+            None,
+        )
+
     value = {"type": "array", "items": OPERAND, "minItems": len(operands),
              "maxItems": len(operands)} if many else VALUE_REF  # fmt: skip
     return Primitive(
@@ -246,6 +255,7 @@ def composite(
         infer=infer,
         reference=reference,
         mutants=all_mutants,
+        supports=supports,
         lower=None if no_lower else (lambda lc, op: emit(lc, op, "lower")),
         host=None if no_host else (lambda hc, op: emit(hc, op, "host")),
         no_host=f"it is computed with {', '.join(no_host)}, which has no host lowering"
