@@ -9,7 +9,9 @@ places, and the diagnostics are the ones the build gives, at the same item:
   pairing mode (``Primitive.epilogue_refusal``, from its ``lower`` and ``no_mode``);
 * a per-(row, group) statistic (``Primitive.prepass_of``: ``prepass``, a grouped
   ``reduce_row``) in a packed kernel, which QuACK's prepass refuses, or one whose input
-  depends on an item the prepass fn cannot re-compute (``lower_api.prepass_slice``).
+  depends on an item the prepass fn cannot re-compute (``lower_api.prepass_slice``);
+* a full-width store after the kernel's first (D) that accumulates (``add_to``), or any in an
+  acc_pair kernel (``primitives/store.py``'s rule, :class:`_StoreOrder`).
 
 What depends on the config (``Primitive.supports``) is judged by the build, which knows it.
 """
@@ -18,21 +20,52 @@ from __future__ import annotations
 
 from coda_spec.errors import ItemError
 from coda_spec.lower_api import NO_PACKED_PREPASS, prepass_slice
+from coda_spec.primitives.store import ADD_TO_NOT_D, PAIR_ONE_FULL
 
 
-def epilogue_refusals(w, ops, mode: str) -> None:
-    """Report each item of a kernel's epilogue (``ops``, pairing ``mode``) that its lowering
-    would refuse; ``w`` is the ``StepWalker``."""
+def epilogue_refusals(w, ops, mode: str, width=None, scope=None) -> None:
+    """Report each item of a kernel's epilogue (``ops``, pairing ``mode``, GEMM N ``width``,
+    the chain tensors ``scope``) that its lowering would refuse; ``w`` is the ``StepWalker``."""
     producers: dict = {}  # value name -> (item index, item), as the lowering walk records them
+    stores = _StoreOrder(mode, width, scope or {})
     for idx, op in enumerate(ops):
         p = w.prims[op.prim]
         no = p.epilogue_refusal(mode)
         if no is None:
             no = _statistic_refusal(p.prepass_of(op), mode, producers, w.prims)
+        if no is None and op.prim == "store":
+            no = stores.refusal(op)
         if no is not None:
             w.err(op.loc.path, f"cannot lower '{op.prim}': {no.message}", no.hint)
         for r in op.results:
             producers[r] = (idx, op)
+
+
+class _StoreOrder:
+    """The store lowering's rule (``primitives/store.py``): the first full-width store is the
+    GEMM's D; only D can accumulate (``add_to``), and an acc_pair kernel has one full-width
+    store, its other tiles half-width."""
+
+    def __init__(self, mode: str, width, scope):
+        self.full = (
+            {2 * width if isinstance(width, int) else f"2*{width}"}
+            if (mode == "packed_pair")
+            else {width}
+        )
+        self.mode, self.scope, self.has_d = mode, scope, False
+
+    def refusal(self, op) -> ItemError | None:
+        info = self.scope.get(op.get("to"))
+        if info is None or len(info.shape) != 2 or info.shape[1] not in self.full:
+            return None  # a half-width tile, or a per-row value: not D
+        if not self.has_d:
+            self.has_d = True
+            return None
+        if op.get("add_to") is not None:
+            return ItemError(ADD_TO_NOT_D[0], hint=ADD_TO_NOT_D[1])
+        if self.mode == "acc_pair":
+            return ItemError(PAIR_ONE_FULL[0], hint=PAIR_ONE_FULL[1])
+        return None
 
 
 def _statistic_refusal(inputs, mode, producers, prims) -> ItemError | None:

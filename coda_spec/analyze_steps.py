@@ -214,7 +214,7 @@ class StepWalker:
                 )
         mode = self._mode(step, env, ops, width)
         if is_kernel:
-            epilogue_refusals(self, ops, mode)
+            epilogue_refusals(self, ops, mode, width, scope)
         values = tuple((n, v[0]) for n, v in env.items())
         return StepInfo(
             step.name,

@@ -104,6 +104,8 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
         )
     ],
     "step_writes_nothing": [(14, 5, "step 'probe' writes nothing")],
+    "add_to_not_first_store": [(14, 9, "first full-width store (D) can accumulate (add_to)")],
+    "acc_pair_two_full_stores": [(14, 9, "acc_pair kernels store one full-width tile (D)")],
     # -- GEMM operands ---------------------------------------------------------------------------
     "gemm_unknown_operand": [(11, 21, "unknown tensor 'w_out'; did you mean 'w_o'?")],
     "gemm_inner_dim_transpose": [(10, 21, "b is [11008, 4096]; did you mean b: w_up.T?")],

@@ -47,7 +47,7 @@ def test_reference_is_torch_clamp(bounds):
 def test_mutants_move_and_drop_each_bound():
     muts = registry()["clamp"].mutants(_op("clamp", "x", min=-448.0, max=448.0))
     assert [dict(m.args) for m in muts] == [
-        {"clamp": "x", "min": -671.75, "max": 448.0},
+        {"clamp": "x", "min": -223.75, "max": 448.0},  # base.moved: 0.5 b + 0.25 below 0
         {"clamp": "x", "min": -448.0, "max": 672.25},
         {"clamp": "x", "max": 448.0},
         {"clamp": "x", "min": -448.0},

@@ -232,3 +232,11 @@ def test_host_kernel_matches_reference_under_interpreter(tmp_path):
         want = result["reference"][name].to(got.dtype)
         rtol, atol = TOLERANCE[result["dtypes"][name]]
         torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("v", [-448.0, -0.5, -0.25, 0.0, 0.5, 30.0])
+def test_a_moved_parameter_is_never_the_same(v):
+    """``base.moved``: 1.5 v + 0.25 alone maps -0.5 to itself, a mutant no test can kill."""
+    from coda_spec.primitives.base import moved
+
+    assert moved(v) != v

@@ -252,9 +252,30 @@ def test_check_and_build_refuse_alike(case, tmp_path, monkeypatch):
     assert check.exit_code == build.exit_code == 2, check.output + build.output
     [head] = [ln for ln in check.body.splitlines() if ": error: " in ln]
     assert "cannot lower" in head and head in build.output
-    monkeypatch.setattr(analyze_steps, "epilogue_refusals", lambda w, ops, mode: None)
+    monkeypatch.setattr(analyze_steps, "epilogue_refusals", lambda *a: None)
     checked = check_source(parse_text("refused.yaml", _refused_text(case)))  # now "valid"
     with pytest.raises(SpecError) as e:
         lower_spec(checked, BuildConfig())
     d = e.value.diagnostics[0]
     assert head.startswith(f"refused.yaml:{d.line}:{d.col}: error: {d.path}: {d.message}; {d.hint}")
+
+
+@pytest.mark.parametrize("case", ["add_to_not_first_store", "acc_pair_two_full_stores"])
+def test_a_store_the_lowering_refuses_is_refused_by_check_alike(case, monkeypatch):
+    """A full-width store after D: ``coda check`` (analyze) and the lowering give one message."""
+    from coda_spec import analyze_steps
+
+    path = ROOT / "tests" / "bad_specs" / f"{case}.yaml"
+    with pytest.raises(SpecError) as checked:
+        check_file(path)
+    [want] = checked.value.diagnostics
+    monkeypatch.setattr(analyze_steps, "epilogue_refusals", lambda *a: None)
+    with pytest.raises(SpecError) as lowered:
+        lower_spec(check_file(path), BuildConfig())
+    [got] = lowered.value.diagnostics
+    assert (got.line, got.col, got.message, got.hint) == (
+        want.line,
+        want.col,
+        want.message,
+        want.hint,
+    )

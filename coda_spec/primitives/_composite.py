@@ -40,6 +40,7 @@ from coda_spec.primitives.base import (
     VType,
     broadcast,
     item_schema,
+    moved,
 )
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -154,7 +155,7 @@ def composite(
     """A primitive computing ``body`` (module docstring). ``params``: parameter -> JSON Schema
     fragment, all required; ``operands``: the body's operand names, one (the item's value) or
     several (the item's list, in order); ``siblings``: primitives of the same operands to swap in
-    as mutants (besides each parameter moved to ``1.5 p + 0.25``); ``check(values)``: raises an
+    as mutants (besides each parameter moved, ``base.moved``); ``check(values)``: raises an
     ``ItemError`` for parameters the schema cannot refuse."""
     params = dict(params or {})
     parsed = _Body(name, body, tuple(operands), tuple(params))
@@ -220,11 +221,11 @@ def composite(
         walk(op, raws(op), apply)
 
     def all_mutants(op):
-        moved = tuple(op.with_arg(k, v * 1.5 + 0.25) for k, v in values(op).items())
+        shifted = tuple(op.with_arg(k, moved(v)) for k, v in values(op).items())
         swapped = tuple(
             replace(op, prim=s, args=((s, op.get(name)),)) for s in siblings if s != name
         )
-        return moved + swapped
+        return shifted + swapped
 
     used = parsed.prims()
     prims = {u: _prim(u) for u in used}

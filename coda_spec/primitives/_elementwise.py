@@ -31,6 +31,7 @@ from coda_spec.primitives.base import (
     Primitive,
     broadcast,
     item_schema,
+    moved,
 )
 
 # Triton has no tanh outside libdevice (which its CPU interpreter cannot run):
@@ -191,7 +192,7 @@ def parameterised_unary(
     :func:`_chain_lower`). ``triton``: host-kernel text over one fp32 lane ``{x}`` and the
     parameters ``{<param>}`` (float literals), or a function ``triton(x, **params)`` of that
     lane's text and the present parameters' literals. ``mutants(op)``: extra mutants (default:
-    each parameter moved to ``1.5 p + 0.25``); ``siblings``: unary primitives to swap in,
+    each parameter moved, ``base.moved``); ``siblings``: unary primitives to swap in,
     parameters dropped. ``check(params)``: raises an ``ItemError`` for parameters the schema
     cannot refuse (``coda check`` reports it located at the item).
     """
@@ -215,15 +216,15 @@ def parameterised_unary(
         hc.let(op.results[0], [text(x=lane, **lits) for lane in x.lanes])
 
     def all_mutants(op):
-        moved = (
+        shifted = (
             mutants(op)
             if mutants is not None
-            else tuple(op.with_arg(k, v * 1.5 + 0.25) for k, v in values(op).items())
+            else tuple(op.with_arg(k, moved(v)) for k, v in values(op).items())
         )
         swapped = tuple(
             replace(op, prim=s, args=((s, op.get(name)),)) for s in siblings if s != name
         )
-        return moved + swapped
+        return shifted + swapped
 
     return Primitive(
         name=name,

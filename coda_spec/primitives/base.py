@@ -144,6 +144,13 @@ class Primitive:
         return self.family == ELEMENTWISE or self.prepass
 
 
+def moved(v: float) -> float:
+    """A parameter's mutant value: ``1.5 v + 0.25`` for ``v >= 0`` and ``0.5 v + 0.25`` below,
+    i.e. ``v + 0.25 + |v| / 2``, which is never ``v`` (``1.5 v + 0.25`` alone maps -0.5 to
+    itself: a mutant equal to the spec, which no test can kill)."""
+    return (1.5 * v if v >= 0 else 0.5 * v) + 0.25
+
+
 def item_schema(
     name: str, value: dict, props: dict | None = None, required=(), result: str = "required"
 ) -> dict:

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from coda_spec.errors import ItemError
 from coda_spec.primitives._elementwise import parameterised_unary
+from coda_spec.primitives.base import moved
 
 
 def _bounds(params: dict) -> None:
@@ -36,12 +37,12 @@ def _triton(x, **bound):
 
 
 def _mutants(op):
-    """Each bound moved (1.5 b + 0.25) and, with two bounds, each one dropped."""
+    """Each bound moved (``base.moved``) and, with two bounds, each one dropped."""
     given = [k for k in ("min", "max") if op.get(k) is not None]
-    moved = tuple(op.with_arg(k, float(op.get(k)) * 1.5 + 0.25) for k in given)
+    shifted = tuple(op.with_arg(k, moved(float(op.get(k)))) for k in given)
     if len(given) < 2:
-        return moved
-    return moved + tuple(replace(op, args=tuple(a for a in op.args if a[0] != k)) for k in given)
+        return shifted
+    return shifted + tuple(replace(op, args=tuple(a for a in op.args if a[0] != k)) for k in given)
 
 
 PRIMITIVE = parameterised_unary(

@@ -1,7 +1,14 @@
 """`scale`: multiply by an immediate constant (alpha * acc). For a device-pointer scalar, use
 `load_scalar` and `mul`."""
 
-from coda_spec.primitives.base import ELEMENTWISE, VALUE_REF, Primitive, broadcast, item_schema
+from coda_spec.primitives.base import (
+    ELEMENTWISE,
+    VALUE_REF,
+    Primitive,
+    broadcast,
+    item_schema,
+    moved,
+)
 
 
 def _lower(lc, op):
@@ -23,7 +30,7 @@ PRIMITIVE = Primitive(
     operands=("scale",),
     infer=lambda tc, op, ins, tensors: (broadcast([ins["scale"]], "'scale'"),),
     reference=lambda rt, op, ins, tensors: (ins["scale"] * float(op.get("by")),),
-    mutants=lambda op: (op.with_arg("by", float(op.get("by")) * 1.5 + 0.25),),
+    mutants=lambda op: (op.with_arg("by", moved(float(op.get("by")))),),
     lower=_lower,
     host=_host,
 )

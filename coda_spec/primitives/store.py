@@ -37,6 +37,18 @@ def _reference(rt, op, ins, tensors):
     return (v,)
 
 
+# The lowering's two refusals of a full-width store after D, with their fixes; analyze asks the
+# same (``analyze_lowering``), so ``coda check`` refuses them too.
+ADD_TO_NOT_D = (
+    "only the kernel's first full-width store (D) can accumulate (add_to)",
+    "make this store the kernel's first full-width one",
+)
+PAIR_ONE_FULL = (
+    "acc_pair kernels store one full-width tile (D) and half-width aux tiles",
+    "store the other full-width value from another kernel, or store half of it",
+)
+
+
 def _lower(lc, op):
     """The first full-width store is D (``add_to``: QuACK's add_to_output); other tiles are
     ``TileStore`` aux outputs; a pending ``gather_col`` value becomes a ``ColVecSelect`` sink
@@ -62,10 +74,10 @@ def _lower(lc, op):
         lc.store_d(to, info.dtype, tuple(info.shape), v.expr, add_to)
         return
     if add_to is not None:
-        raise lc.error("only the kernel's first full-width store (D) can accumulate (add_to)")
+        raise lc.error(*ADD_TO_NOT_D)
     gated = lc.mode == "acc_pair"
     if gated and width == lc.width:
-        raise lc.error("acc_pair kernels store one full-width tile (D) and half-width aux tiles")
+        raise lc.error(*PAIR_ONE_FULL)
     lc.aux_output(field, to, tuple(info.shape), info.dtype, v.expr, gated)
 
 
