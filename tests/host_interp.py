@@ -6,6 +6,9 @@ compiler):
 
     TRITON_INTERPRET=1 python -m tests.host_interp CASE.json OUT.pt
 
+CASE.json may also hold a list of cases, each with an ``"id"``: they run in one process (one
+interpreter start), and OUT.pt maps each id to its result, or to ``{"error": traceback}``.
+
 CASE: ``{"spec", "step", "dims" (static dim overrides), "rows" (M), "block" (slots per chunk or
 null), "seed", "force" ({tensor: {row: value}}: index values a test needs, e.g. -100 rows)}``.
 
@@ -75,6 +78,29 @@ def main(argv) -> int:
         return 2
     import torch
 
+    cases = json.loads(Path(argv[0]).read_text())
+    out = Path(argv[1])
+    if isinstance(cases, dict):  # one case
+        torch.save(_one(cases, out.with_suffix(".py")), out)
+        return 0
+    # a batch, {"id": ..., **case} each: one interpreter start for all; a case that raises is
+    # recorded as its error, so the others still run
+    results = {}
+    for case in cases:
+        try:
+            results[case["id"]] = _one(case, out.with_name(f"{case['id']}.py"))
+        except Exception:  # noqa: BLE001 - reported to the case's test, which fails on it
+            import traceback
+
+            results[case["id"]] = {"error": traceback.format_exc()}
+    torch.save(results, out)
+    return 0
+
+
+def _one(case: dict, source: Path) -> dict:
+    """Run one case; ``source`` is where the generated kernel's text is written and imported."""
+    import torch
+
     from coda_spec.artifact import Arg, eval_shape
     from coda_spec.frontend import check_file, with_dims
     from coda_spec.lower.host_kernel import host_kernel
@@ -82,7 +108,6 @@ def main(argv) -> int:
     from coda_spec.reference import PRECISIONS, TORCH_DTYPES, _run_step, run
     from coda_spec.runtime.launch import launch_grid, launch_values
 
-    case = json.loads(Path(argv[0]).read_text())
     checked = check_file(case["spec"])
     if case.get("dims"):
         checked = with_dims(checked, case["dims"])
@@ -108,10 +133,9 @@ def main(argv) -> int:
         if s.kind == "finalize" and s.name in kernel.folds:
             _run_step(prec, s, ref)
 
-    path = Path(argv[1]).with_suffix(".py")
-    path.write_text(kernel.source)
+    source.write_text(kernel.source)
     _round_like_the_gpu()
-    fn = _import_source(path, kernel.entry)
+    fn = _import_source(source, kernel.entry)
     outs = {}
     for o in kernel.outputs:
         dtype = TORCH_DTYPES[o["dtype"]]
@@ -128,8 +152,7 @@ def main(argv) -> int:
         "folds": list(kernel.folds),
         "reads": {k: v for k, v in reads.items()},
     }
-    torch.save(result, argv[1])
-    return 0
+    return result
 
 
 if __name__ == "__main__":

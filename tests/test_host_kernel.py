@@ -95,13 +95,16 @@ pytestmark = pytest.mark.usefixtures("at_root")  # spec paths in generated comme
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
-    """case id -> the result of tests/host_interp.py for it (each case runs once per module)."""
+    """case id -> the result of tests/host_interp.py for it (every case, in one subprocess,
+    once per module, at the first use)."""
     done: dict = {}
 
     def get(case: str) -> dict:
-        if case not in done:
-            done[case] = _interpret(CASES[case], tmp_path_factory.mktemp(case))
-        return done[case]
+        if not done:
+            done.update(interpret_all(CASES, tmp_path_factory.mktemp("cases")))
+        result = done[case]
+        assert "error" not in result, result.get("error")
+        return result
 
     return get
 
@@ -110,7 +113,7 @@ def _interpret(case: dict, tmp_path) -> dict:
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     case_file = tmp_path / "case.json"
-    case_file.write_text(json.dumps({"seed": 0, **case}))
+    case_file.write_text(json.dumps(case if isinstance(case, list) else {"seed": 0, **case}))
     out = tmp_path / "result.pt"
     env = dict(os.environ, TRITON_INTERPRET="1")
     res = subprocess.run(
@@ -123,6 +126,13 @@ def _interpret(case: dict, tmp_path) -> dict:
     )
     assert res.returncode == 0, res.stdout + res.stderr
     return torch.load(out)
+
+
+def interpret_all(cases: dict, tmp_path) -> dict:
+    """``{id: case}`` run in one subprocess (``tests.host_interp``'s batch form): ``{id: its
+    result}``, a case that raised holding ``{"error": traceback}``."""
+    batch = [{"id": i, "seed": 0, **case} for i, case in cases.items()]
+    return _interpret(batch, tmp_path)
 
 
 @pytest.mark.slow

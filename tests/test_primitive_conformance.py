@@ -146,20 +146,33 @@ def test_generated_kernel_text_matches_golden(name):
 # -- e. host kernels under Triton's CPU interpreter ------------------------------------------------
 
 
-@pytest.mark.slow  # Triton's CPU interpreter in a subprocess, one per file
-@needs_triton
-@pytest.mark.parametrize("name", HOST_NAMES)
-def test_host_kernel_matches_reference_under_interpreter(name, tmp_path):
-    torch = pytest.importorskip("torch")
-    from tests.test_host_kernel import TOLERANCE, _interpret
-
+def _host_case(name: str) -> dict:
     [step] = steps_using(name)["host"]
     # F = 40: 40 columns (20 pairs; 80 for a gate/up tile) in chunks of 16 leave a masked tail
     case = {"spec": str(spec_path(name)), "step": step.name, "dims": {"F": 40}}
     case.update(rows=6, block=16)
     if checked(name).spec.tensor("target") is not None:  # first, ignored and last columns
         case["force"] = {"target": {"0": 0, "1": -100, "2": 39, "4": -100}}
-    result = _interpret(case, tmp_path)
+    return case
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    """Every file's host kernel under the interpreter, in one subprocess (one Triton start)."""
+    from tests.test_host_kernel import interpret_all
+
+    return interpret_all({n: _host_case(n) for n in HOST_NAMES}, tmp_path_factory.mktemp("i"))
+
+
+@pytest.mark.slow  # Triton's CPU interpreter in a subprocess, shared by the files
+@needs_triton
+@pytest.mark.parametrize("name", HOST_NAMES)
+def test_host_kernel_matches_reference_under_interpreter(name, interpreted):
+    torch = pytest.importorskip("torch")
+    from tests.test_host_kernel import TOLERANCE
+
+    result = interpreted[name]
+    assert "error" not in result, result.get("error")
     assert result["kernel"], "the host kernel writes nothing"
     for out, got in result["kernel"].items():
         want = result["reference"][out].to(got.dtype)
