@@ -87,6 +87,13 @@ def rel_diff(x: float, ref: float) -> float:
     return abs(x - ref) / abs(ref)
 
 
+def sync(device: str) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
 def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -100,7 +107,7 @@ def train(which: str, args, text) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(args.seed)
-    with torch.device("cuda"):
+    with torch.device(args.device):
         hf = LlamaForCausalLM(LlamaConfig(**SMALL, attn_implementation="sdpa"))
     # bf16 weights (the fp32 reference keeps fp32's); RoPE's frequencies stay fp32 (.to() would
     # round the inv_freq buffer too)
@@ -124,7 +131,8 @@ def train(which: str, args, text) -> dict:
 
     params = [p for p in model.parameters()]
     masters = [p.detach().float().requires_grad_(True) for p in params]
-    opt = torch.optim.AdamW(masters, lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95), fused=True)
+    fused = torch.device(args.device).type == "cuda"
+    opt = torch.optim.AdamW(masters, lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95), fused=fused)
     losses, norms, tokens = [], [], 0
     bar = tqdm(
         batches(text, args.steps, args.batch, args.seq, args.seed),
@@ -133,10 +141,10 @@ def train(which: str, args, text) -> dict:
         unit="step",
         file=sys.stdout,
     )
-    torch.cuda.synchronize()
+    sync(args.device)
     t0 = time.perf_counter()
     for step, ids in enumerate(bar):
-        ids = ids.cuda(non_blocking=True)
+        ids = ids.to(args.device, non_blocking=True)
         loss = loss_of(ids)
         loss.backward()
         for m, p in zip(masters, params, strict=True):
@@ -154,7 +162,7 @@ def train(which: str, args, text) -> dict:
         if step % 10 == 0:
             rate = tokens / (time.perf_counter() - t0)
             bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{rate:,.0f}")
-    torch.cuda.synchronize()
+    sync(args.device)
     seconds = time.perf_counter() - t0
     return {
         "losses": losses,
@@ -198,6 +206,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--corpus-mb", type=int, default=64)
     ap.add_argument("--out", type=Path, default=Path("runs"))
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        help="cuda (the kernels), or cpu (the chains' reference: a smoke test)",
+    )
     ap.add_argument("--plot", type=Path, help="redraw the PNG from a losses.json, and stop")
     ap.add_argument(
         "--repeat",
