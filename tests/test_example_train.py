@@ -17,19 +17,13 @@ import pytest
 
 from tests.conftest import ROOT
 
-TINY = {
-    "vocab_size": 256,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "rms_norm_eps": 1e-5,
-    "max_position_embeddings": 256,
-    "tie_word_embeddings": True,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-}
+def _tiny() -> dict:
+    """test_nn_llama's tiny GQA config (the CPU builds' dims) with the example's byte vocabulary
+    and RoPE (a default one: the example's)."""
+    from tests.test_nn_llama import TINY
+
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    return {**TINY, "vocab_size": 256, "tie_word_embeddings": True, "rope_parameters": rope}
 
 
 def test_both_runs_of_the_example_train_on_the_cpu(tmp_path, monkeypatch):
@@ -43,7 +37,7 @@ def test_both_runs_of_the_example_train_on_the_cpu(tmp_path, monkeypatch):
     sys.modules.pop("train_llama", None)
     import train_llama
 
-    monkeypatch.setattr(train_llama, "SMALL", TINY)
+    monkeypatch.setattr(train_llama, "SMALL", _tiny())
     monkeypatch.setattr(ops, "_OPS", {})
     args = SimpleNamespace(
         builds=cpu_builds(tmp_path, monkeypatch, CHAINS),
