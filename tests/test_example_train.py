@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 
+
 def _tiny() -> dict:
     """test_nn_llama's tiny GQA config (the CPU builds' dims) with the example's byte vocabulary
     and RoPE (a default one: the example's)."""
