@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from coda_spec.errors import ItemError
 from coda_spec.lower_api import NO_PACKED_PREPASS, prepass_slice
+from coda_spec.primitives.base import double
 from coda_spec.primitives.store import ADD_TO_NOT_D, PAIR_ONE_FULL
 
 
-def epilogue_refusals(w, ops, mode: str, width=None, scope=None) -> None:
+def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
     """Report each item of a kernel's epilogue (``ops``, pairing ``mode``, GEMM N ``width``,
     the chain tensors ``scope``) that its lowering would refuse; ``w`` is the ``StepWalker``."""
     producers: dict = {}  # value name -> (item index, item), as the lowering walk records them
-    stores = _StoreOrder(mode, width, scope or {})
+    stores = _StoreOrder(mode, width, scope)
     for idx, op in enumerate(ops):
         p = w.prims[op.prim]
         no = p.epilogue_refusal(mode)
@@ -47,16 +48,12 @@ class _StoreOrder:
     store, its other tiles half-width."""
 
     def __init__(self, mode: str, width, scope):
-        self.full = (
-            {2 * width if isinstance(width, int) else f"2*{width}"}
-            if (mode == "packed_pair")
-            else {width}
-        )
+        self.d_width = double(width) if mode == "packed_pair" else width  # D's, as store's
         self.mode, self.scope, self.has_d = mode, scope, False
 
     def refusal(self, op) -> ItemError | None:
         info = self.scope.get(op.get("to"))
-        if info is None or len(info.shape) != 2 or info.shape[1] not in self.full:
+        if info is None or len(info.shape) != 2 or info.shape[1] != self.d_width:
             return None  # a half-width tile, or a per-row value: not D
         if not self.has_d:
             self.has_d = True

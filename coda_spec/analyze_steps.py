@@ -180,12 +180,12 @@ class StepWalker:
                     f"'{step.over}' has rank {len(over.shape)}",
                 )
                 return self._failed(step, scope)
-            # over a vector [M]: one row per element and no columns (per-row values only)
-            rows, width, k = over.shape[0], (over.shape + (None,))[1], None
-            if width is not None:
+            rows, k = over.shape[0], None
+            if len(over.shape) == 2:
+                width = over.shape[1]
                 self.width_src = (over, 1, f"host step '{step.name}' is {{w}} wide")
-            else:
-                self.vector_over = step.over
+            else:  # over a vector [M]: one row per element, no columns (per-row values only)
+                width, self.vector_over = None, step.over
             dtype = over.dtype if over.dtype not in INDEX_DTYPES else "fp32"
             ops = step.body
         tc = TypeCtx(rows, width, self.sizes, is_kernel)
@@ -351,15 +351,12 @@ class StepWalker:
         poisoned = any(v.kind == "unknown" for v in flat(ins.values()))
         if poisoned:  # an earlier error already explains this item; stay quiet
             results = (VType("unknown"),) * max(len(op.results), 1)
-        elif (
-            ok and self.vector_over and p.tensors and op.prim.startswith(("load_tile", "load_row"))
-        ):
-            t = op.get(p.tensors[0])
+        elif ok and self.vector_over and (matrix := _matrix_read(p, op, tensors)):
             self.err(
                 path + (op.prim,),
-                f"'{t}' has columns; a host step over the vector '{self.vector_over}' has none "
-                "(every value is per row)",
-                f"iterate over a matrix instead: over: {t}",
+                f"'{matrix}' has columns; a host step over the vector '{self.vector_over}' has "
+                "none (every value is per row)",
+                f"iterate over a matrix instead: over: {matrix}",
             )
         elif ok:
             try:
@@ -368,6 +365,14 @@ class StepWalker:
                 self.err(path + ((e.key,) if e.key else ()), e.message, e.hint)
                 if e.width is not None and e.width == tc.width:
                     self._width_note(e.width)
+            if results and self.vector_over and any(r.kind in COLUMNS for r in results):
+                self.err(
+                    path + (op.prim,),
+                    f"'{op.prim}' makes a per-column value; a host step over the vector "
+                    f"'{self.vector_over}' has no columns (every value is per row)",
+                    "iterate over a matrix whose columns it spans instead (over: <matrix>)",
+                )
+                results = (VType("unknown"),) * len(results)
         if p.results == "none":
             vt = results[0] if results is not None else VType("unknown")
             store_item(self, step, op, vt, tensors, scope, tc, dtype, writes)
@@ -430,3 +435,13 @@ class StepWalker:
         self.produced.append(info)
         scope[name] = info
         writes.append(name)
+
+
+COLUMNS = ("tile", "row", "group")  # value kinds with one value per column (a vector has none)
+
+
+def _matrix_read(p, op, tensors) -> str | None:
+    """The name of a matrix (a chain tensor with columns) that item ``op`` reads, if any."""
+    return next(
+        (op.get(k) for k, t in tensors.items() if t is not None and len(t.shape) >= 2), None
+    )

@@ -103,6 +103,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
             "value is per row)",
         )
     ],
+    "host_vector_per_column": [(13, 18, "'onehot' makes a per-column value")],
     "step_writes_nothing": [(14, 5, "step 'probe' writes nothing")],
     "add_to_not_first_store": [(14, 9, "first full-width store (D) can accumulate (add_to)")],
     "acc_pair_two_full_stores": [(14, 9, "acc_pair kernels store one full-width tile (D)")],
