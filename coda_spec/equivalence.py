@@ -36,6 +36,7 @@ class Comparison:
     rel_err: float
     max_abs: float
     note: str = ""  # why the output could not be compared (then rel_err is inf)
+    factor: float | None = None  # got == factor * want everywhere (a constant factor off), or None
 
     @property
     def ok(self) -> bool:
@@ -50,7 +51,20 @@ def compare(name: str, got: torch.Tensor, want: torch.Tensor) -> Comparison:
     if not torch.isfinite(got).all() or not torch.isfinite(want).all():
         return Comparison(name, float("inf"), float("inf"))
     denom = max(float(want.norm()), 1e-300)
-    return Comparison(name, float(diff.norm()) / denom, float(diff.max()) if diff.numel() else 0)
+    worst = float(diff.max()) if diff.numel() else 0
+    return Comparison(name, float(diff.norm()) / denom, worst, factor=_factor(got, want))
+
+
+def _factor(got: torch.Tensor, want: torch.Tensor) -> float | None:
+    """``c`` when ``got`` is ``c * want`` to fp64 precision with ``c`` not 1 (a missing 2, a
+    sign, a 1/n): the least-squares scale, kept only when it explains every element."""
+    ww = float((want * want).sum())
+    if ww == 0.0 or float(got.norm()) == 0.0:
+        return None
+    c = float((got * want).sum()) / ww
+    if abs(c - 1.0) <= 1e-6 or float((got - c * want).norm()) > RTOL * float(got.norm()):
+        return None
+    return c
 
 
 def draw(checked, sizes: dict, seed: int = 0) -> dict:

@@ -81,6 +81,7 @@ class Proof:
     rel_err: float
     max_abs: float
     note: str = ""
+    factor: float | None = None  # the output is factor x the expected value everywhere
 
     @property
     def ok(self) -> bool:
@@ -184,7 +185,7 @@ def _proof(section: str, c, rtol: float) -> Proof:
     if c.note:
         return Proof(section, c.output, "unproven", c.rel_err, c.max_abs, c.note)
     status = "proven" if c.rel_err <= rtol else "mismatch"
-    return Proof(section, c.output, status, c.rel_err, c.max_abs)
+    return Proof(section, c.output, status, c.rel_err, c.max_abs, factor=c.factor)
 
 
 def _named(p) -> str:
@@ -236,6 +237,8 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
                 f"{_named(p)} differs from {what}: rel_err {p.rel_err:.2e}, "
                 f"max abs err {p.max_abs:.2e} (fp64, {dims}, seed {report.seed})"
             )
+            if p.factor is not None:
+                msg += f"; it is {p.factor:.6g} times the expected value everywhere"
         else:
             msg = f"{_named(p)} is not proven: {p.note}"
         if p.section == "forward" and p.output in assigned:
@@ -262,6 +265,8 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
         info = checked.analysis.info(p.output)
         if p.status == "mismatch":
             hint = "the backward steps compute something else than the gradient of the forward math"
+            if p.factor is not None:
+                hint = "a constant factor is off: look for a missing or extra scale, sign or 1/n"
         elif p.output not in dict(spec.backward.grads):
             hint = f"declare it in backward.grads as '{p.output}: <forward tensor>'"
         else:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 from jsonschema import Draft202012Validator
 
 from coda_spec.config import parse_config
 from coda_spec.errors import Diagnostic, SpecError, did_you_mean
 from coda_spec.primitives import item_primitives, registry
+from coda_spec.primitives.base import NAME_RE
 from coda_spec.schema import ROOT_REQUIRED, STEP_KINDS, root_properties, structure_defs
 from coda_spec.source import Source
 
@@ -91,6 +93,14 @@ def _schema_props(error) -> dict:
     return schema.get("properties", {}) if isinstance(schema, dict) else {}
 
 
+def _split_by_comma(key: str, value) -> bool:
+    """Whether an unknown key looks like the tail of a value that a comma split off in a flow
+    mapping: ``{doc: up projection (out, in)}`` is ``doc: up projection (out`` and a key
+    ``in)`` with no value. Keys are names; a spaced one, or a valueless one that is no name,
+    is text."""
+    return " " in key.strip() or (value is None and re.fullmatch(NAME_RE, key) is None)
+
+
 def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
     path = base + tuple(error.absolute_path)
     v, inst = error.validator, error.instance
@@ -104,7 +114,7 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
                     or did_you_mean(key, allowed)
                     or ("allowed keys: " + ", ".join(sorted(allowed)))
                 )
-                if " " in key.strip():
+                if _split_by_comma(key, inst[key]):
                     hint = "a comma inside {...} splits the mapping; quote the text that holds it"
                 out.append(src.diag(path + (key,), f"unknown key '{key}'", hint, key=True))
         return out
@@ -114,7 +124,11 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
             return slipped
     if v == "required":
         missing = [k for k in error.validator_value if isinstance(inst, dict) and k not in inst]
-        hints = {"as": "name the result, e.g. as: y", "coda": "start the file with 'coda: 1'"}
+        hints = {
+            "as": "name the result, e.g. as: y",
+            "coda": "start the file with 'coda: 1'",
+            "outputs": "name each tensor it produces with its dtype, e.g. outputs: {dx: bf16}",
+        }
         return [src.diag(path, f"missing required key '{k}'", hints.get(k, "")) for k in missing]
     if v == "enum":
         choices = ", ".join(map(str, error.validator_value))

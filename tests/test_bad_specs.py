@@ -47,6 +47,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "schema_bad_dim_value": [(4, 11, "'dynamc' is not allowed here; did you mean 'dynamic'?")],
     "schema_bad_dtype": [(7, 31, "fp8_e4m3, fp8_e5m2; did you mean 'bf16'?")],
     "schema_bad_finalize_op": [(14, 16, "did you mean 'rsqrt_mean'?")],
+    "schema_flow_comma_split": [(7, 57, "unknown key 'in)'; a comma inside {...} splits")],
     "schema_bad_gemm_operand": [(11, 21, "'w_o^T' is not a gemm operand (NAME or NAME.T)")],
     "schema_bad_name": [(3, 7, "'up-relu' is not a name")],
     "schema_bad_reduce_op": [(12, 22, "did you mean 'sumsq'?")],

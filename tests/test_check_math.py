@@ -86,6 +86,19 @@ def test_wrong_backward_passes_check_but_not_math():
     assert "forward output" not in res.output
 
 
+def test_a_gradient_off_by_a_constant_factor_says_so():
+    """The tutorial's mistake (docs/tutorial.md): squared ReLU's derivative without its 2. Each
+    gradient downstream of it is 0.5 x autograd's, and the message says that, not only 'something
+    else'; an unrelated wrong backward (dSwiGLU under GeGLU) names no factor."""
+    res = coda_check("--math", MATH / "wrong_backward_factor.yaml")
+    assert res.exit_code == EXIT_MISMATCH, res.output
+    said = re.findall(r"gradient '(\w+)' differs.*; it is 0\.5 times the expected", res.output)
+    assert sorted(said) == ["db_up", "dw_up", "dx"]
+    assert "a constant factor is off" in res.output
+    other = coda_check("--math", MATH / "wrong_backward_dswiglu.yaml")
+    assert "times the expected value" not in other.output
+
+
 def test_gradient_of_an_intermediate_is_proven():
     """dz is the gradient of the forward intermediate z: proven against autograd, and a wrong
     dz is caught (the wrong spec above); it was silently skipped before."""
