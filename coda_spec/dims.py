@@ -306,6 +306,59 @@ def _eval(node: ast.expr, sizes: dict[str, int | None], text: str, calls: bool =
     raise DimError(f"unsupported dim expression {text!r}", "use names, integers and + - * /")
 
 
+def constant(expr: str, sizes: dict[str, int | None]) -> float:
+    """The real value of a constant written over the static dims (``scale``'s ``by: 1/sqrt(HD)``):
+    numbers, dim names, ``+ - * /``, unary minus and ``sqrt(x)``, in float arithmetic (no exact
+    division rule: this is a number compiled into a kernel, not a shape). The dynamic dim and
+    unknown names raise :class:`DimError`, the latter with a did-you-mean."""
+    hint = "use numbers, static dims, + - * / and sqrt(), e.g. '1/sqrt(head_dim)'"
+    node = _parse(str(expr))
+
+    def ev(n: ast.expr) -> float:
+        if isinstance(n, ast.Constant) and type(n.value) in (int, float):
+            return float(n.value)
+        if isinstance(n, ast.Name):
+            if n.id not in sizes:
+                raise DimError(f"unknown dim '{n.id}' in {expr!r}", did_you_mean(n.id, sizes))
+            if sizes[n.id] is None:
+                raise DimError(
+                    f"dynamic dim '{n.id}' is known only at call time; a constant of {expr!r} "
+                    "is compiled into the kernel",
+                    "read a per-call value from a device scalar: load_scalar, then mul",
+                )
+            return float(sizes[n.id])
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = ev(n.operand)
+            return -v if isinstance(n.op, ast.USub) else v
+        if isinstance(n, ast.BinOp) and type(n.op) in _REAL_OPS:
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Div) and b == 0.0:
+                raise DimError(f"{expr!r} divides by zero")
+            return _REAL_OPS[type(n.op)](a, b)
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and n.func.id == "sqrt"
+            and len(n.args) == 1
+            and not n.keywords
+        ):
+            v = ev(n.args[0])
+            if v < 0:
+                raise DimError(f"{expr!r} takes the square root of {v:g}")
+            return v**0.5
+        raise DimError(f"unsupported constant expression {expr!r}", hint)
+
+    return ev(node)
+
+
+_REAL_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
+
+
 def _round_hint(a: int, b: int, sizes) -> str:
     """How to round an inexact quotient: a new dim at the next multiple of 256 (or 8)."""
     if b == 0:

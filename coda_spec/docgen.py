@@ -36,6 +36,8 @@ def _body(name: str) -> str:
 
 def _describe(schema: dict) -> str:
     """A parameter's schema fragment in a few words (``a number > 0``, ``one of bf16, fp16``)."""
+    if "description" in schema:
+        return schema["description"]
     if "enum" in schema:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if "anyOf" in schema:

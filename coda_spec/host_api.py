@@ -26,6 +26,7 @@ from __future__ import annotations
 import keyword
 from dataclasses import dataclass
 
+from coda_spec import dims as dimmod
 from coda_spec.dtypes import dtype
 from coda_spec.errors import ItemError
 
@@ -277,6 +278,12 @@ class HostCtx:
         return f"tl.reshape({tree(list(lanes))}, [{len(lanes)} * BLOCK])"
 
     # -- chain tensors -----------------------------------------------------------------------
+    def constant(self, by) -> float:
+        """A number, or a constant over the static dims (``1/sqrt(head_dim)``), as a float."""
+        if isinstance(by, (int, float)):
+            return float(by)
+        return dimmod.constant(by, {d.name: d.size for d in self.checked.spec.dims})
+
     def info_of(self, tensor: str):
         return self.checked.analysis.tensor(tensor)
 

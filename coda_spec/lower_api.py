@@ -261,6 +261,12 @@ class LowerCtx:
         sizes = {d.name: d.size for d in self._analysis.spec.dims if d.size is not None}
         return dims.fold(expr, sizes)
 
+    def constant(self, by) -> float:
+        """A number, or a constant over the static dims (``1/sqrt(head_dim)``), as a float."""
+        if isinstance(by, (int, float)):
+            return float(by)
+        return dims.constant(by, {d.name: d.size for d in self._analysis.spec.dims})
+
     # -- names -------------------------------------------------------------------------------
     @staticmethod
     def ident(name: str) -> str:

@@ -127,6 +127,9 @@ def resized(chain: Chain, dims: dict) -> Chain:
     except SpecError as e:  # the spec's shape rules refuse these sizes: say each one
         why = "; ".join(f"{d.path}: {d.message}" for d in e.diagnostics if d.severity == "error")
         raise CodaRuntimeError(f"{chain.name}: cannot re-size to {want}: {why}; {fix}") from e
+    baked = suits.baked_change(chain.checked(), case)
+    if baked is not None:
+        raise CodaRuntimeError(f"{chain.name}: cannot re-size to {want}: {baked}; {fix}")
     try:
         sizes = {d.name: d.size for d in case.spec.dims}
         manifest = resized_manifest(m, sizes, suits.refusal(case))

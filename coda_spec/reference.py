@@ -68,6 +68,14 @@ class RefCtx:
     def fold(self, expr):
         return dimmod.evaluate(expr, self.sizes)
 
+    def constant(self, by) -> float:
+        """A number, or a constant over the static dims (``1/sqrt(head_dim)``), as a float, at
+        the analysed spec's dims (verify re-analyses a case at its own dims)."""
+        if isinstance(by, (int, float)):
+            return float(by)
+        declared = {d.name: d.size for d in self.analysis.spec.dims}
+        return dimmod.constant(by, declared)
+
     def decl(self, name):
         return self.analysis.tensor(name)
 

@@ -10,7 +10,7 @@ refused there). Both ask :func:`kernel_refusal`.
 
 from __future__ import annotations
 
-from coda_spec import primitives
+from coda_spec import dims, primitives
 from coda_spec.config import BuildConfig, KernelSizes
 
 
@@ -36,3 +36,24 @@ def refusal(checked):
         return None if got is None else got[1]
 
     return why
+
+
+def baked_change(built, case) -> str | None:
+    """Why ``built``'s compiled code cannot run at ``case``'s dims, or None: the first constant
+    an item compiled in from the dims (``Primitive.bakes``: a per-head group width, a ``scale``
+    over dims) whose value ``case`` (the same spec re-analysed at other dims) changes. Shapes
+    are expressions the runtime evaluates per call; these are not, so a build at other dims
+    would silently compute with the old value."""
+    prims = primitives.registry()
+    old = {d.name: d.size for d in built.spec.dims}
+    new = {d.name: d.size for d in case.spec.dims}
+    for step in built.spec.all_steps():
+        for op in getattr(step, "epilogue", None) or getattr(step, "body", None) or ():
+            for expr in prims[op.prim].bakes(op):
+                was, now = dims.constant(str(expr), old), dims.constant(str(expr), new)
+                if was != now:
+                    return (
+                        f"{step.kind} '{step.name}' compiled {op.prim}'s {expr} in as {was:g}; at "
+                        f"these dims it is {now:g}"
+                    )
+    return None

@@ -122,10 +122,15 @@ def cases(
     ]
 
 
-def resized_manifest(chain, checked_case):
+def resized_manifest(chain, checked_case, built):
     """The chain's manifest at the re-analysed case's dims, lowering nothing
     (``coda_spec.runtime.plan.resized_manifest``): a variant a primitive refuses there is left
-    out; a refused fallback skips the case, noted."""
+    out; a refused fallback, or a constant the build compiled in from dims the case changes
+    (``coda_spec.suits.baked_change``; ``built``: the build's checked spec), skips the case,
+    noted."""
+    baked = suits.baked_change(built, checked_case)
+    if baked is not None:
+        raise CaseSkipped(baked)
     try:
         return plan.resized_manifest(
             chain.manifest,
@@ -240,7 +245,7 @@ def verify_case(
     bad = derive_mismatches(case_checked.spec, sizes)  # shapes only (meta tensors)
     if bad:
         raise CaseSkipped("; ".join(bad))
-    manifest = resized_manifest(chain, case_checked) if static else chain.manifest
+    manifest = resized_manifest(chain, case_checked, checked) if static else chain.manifest
     runner = chain.with_manifest(manifest) if static else chain
     if variant is not None:
         runner = runner.with_variants(_forced(manifest, variant))

@@ -179,7 +179,7 @@ def test_manifest_shapes_resize_like_a_fresh_lowering(path):
     fresh = fake_manifest(case)
     want = _at(fresh, sizes)
     assert want and _at(built, sizes) == want
-    resized = V.resized_manifest(FakeChain(checked, None, manifest=built), case)
+    resized = V.resized_manifest(FakeChain(checked, None, manifest=built), case, checked)
     assert dict(resized.dims) == {d.name: d.size for d in case.spec.dims}
     dyn = {k: RAGGED_M for k, v in resized.dims.items() if v is None}
     fresh_typed = artifact.Manifest.from_data(fresh)

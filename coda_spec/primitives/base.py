@@ -93,6 +93,9 @@ class Primitive:
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
     # (BuildConfig, config.KernelSizes, Op) -> why the config cannot lower the item, or None
     supports: Callable = field(default=lambda config, sizes, op: None)
+    # (Op) -> the dim expressions whose values the compiled code holds as constants (a group
+    # width, a scale over dims): a build cannot run at dims that change one (suits.baked_change)
+    bakes: Callable = field(default=lambda op: ())
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
     prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower_api.py)
     # (Op) -> the values a per-(row, group) statistic of this item folds in the kernel's prepass

@@ -82,6 +82,7 @@ PRIMITIVE = Primitive(
     reference=_reference,
     mutants=lambda op: (op.with_arg("prepass", SIBLING[op.get("prepass")]),),
     supports=_supports,
+    bakes=lambda op: () if op.get("group") is None else (op.get("group"),),
     lower=_lower,
     prepass_of=statistic_inputs,
     no_host="a per-row statistic used by later items of the same body needs the whole row before "
