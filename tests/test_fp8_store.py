@@ -164,3 +164,24 @@ def test_round_to_saturates_and_keeps_nan():
     assert e4[:5].tolist() == [448.0, -448.0, 448.0, 448.0, 448.0]
     assert torch.signbit(e4[5]) and torch.isnan(e4[6])
     assert round_to(torch.tensor([500.0, 7e4]), "fp8_e5m2").tolist() == [512.0, 57344.0]
+
+
+def test_an_epilogue_cannot_read_an_fp8_tile():
+    text = (
+        SPEC.read_text()
+        .replace(
+            "  - {finalize: max",
+            "  - kernel: again\n"
+            "    gemm: {a: x, b: w.T}\n"
+            "    epilogue:\n"
+            "      - {load_tile: out, as: q}\n"
+            "      - {add: [acc, q], as: z}\n"
+            "      - {store: z, dtype: bf16}\n"
+            "  - {finalize: max",
+        )
+        .replace("outputs: {out: fp8_e4m3,", "outputs: {z: bf16, out: fp8_e4m3,")
+    )
+    [(line, col, msg, hint)] = _errors(text)
+    assert (line, col) == (31, 21)  # the load_tile's operand
+    assert msg.startswith("'out' is fp8_e4m3; a GEMM epilogue reads no fp8 tile in coda 1")
+    assert hint == "read it in a host step, or store it in bf16 too"
