@@ -86,8 +86,10 @@ def _inputs(src, spec, sizes, diags) -> dict:
             diags.append(
                 src.diag(
                     path + ("dtype",),
-                    f"{t.dtype} tensors are not supported in coda 1 yet",
-                    "use bf16 or fp16; fp8 GEMMs are planned",
+                    f"{t.dtype} inputs are not supported in coda 1 yet (fp8 is a store "
+                    "dtype: outputs and stored tiles)",
+                    "use bf16 or fp16; fp8 GEMM operands are planned (QuACK 0.6.5's sm90 "
+                    "GEMM takes k-major fp8 A and B; coda does not feed it yet)",
                 )
             )
             shape = ["?"]  # reported: readers of this tensor stay quiet

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from coda_spec.errors import ItemError
 from coda_spec.lower_api import NO_PACKED_PREPASS, prepass_slice
-from coda_spec.primitives.base import double
+from coda_spec.primitives.base import FP8_DTYPES, double
 from coda_spec.primitives.store import ADD_TO_NOT_D, PAIR_ONE_FULL
 
 
@@ -35,11 +35,24 @@ def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
         if no is None:
             no = _statistic_refusal(p.prepass_of(op), mode, producers, w.prims)
         if no is None and op.prim == "store":
-            no = stores.refusal(op)
+            no = stores.refusal(op) or _fp8_pair_refusal(op, mode, scope)
         if no is not None:
             w.err(op.loc.path, f"cannot lower '{op.prim}': {no.message}", no.hint)
         for r in op.results:
             producers[r] = (idx, op)
+
+
+def _fp8_pair_refusal(op, mode: str, scope) -> ItemError | None:
+    """fp8 tiles are stored from plain kernels: QuACK 0.6.5 stores an acc_pair aux tile in fp8
+    on sm100 only (its gated STSM path), and a packed kernel's D is 16-bit pairs."""
+    info = scope.get(op.get("to"))
+    if mode == "plain" or info is None or info.dtype not in FP8_DTYPES:
+        return None
+    return ItemError(
+        f"an {info.dtype} tile cannot be stored from an {mode} kernel (QuACK 0.6.5 stores fp8 "
+        "from plain kernels on sm90)",
+        hint="store it in bf16 here and quantize it in a plain kernel or a host step",
+    )
 
 
 class _StoreOrder:

@@ -17,7 +17,7 @@ from coda_spec.analyze_writes import finalize_step, store_item
 from coda_spec.dtypes import DTYPES
 from coda_spec.errors import Diagnostic, ItemError, did_you_mean
 from coda_spec.finalize import ops_folding
-from coda_spec.primitives.base import INDEX_DTYPES, PAIR, VType, double, half
+from coda_spec.primitives.base import FP8_DTYPES, INDEX_DTYPES, PAIR, VType, double, half
 
 
 def _first_fold(kind: str) -> str:
@@ -347,6 +347,15 @@ class StepWalker:
                 tensors[key] = self.tensor(raw, scope, path + (key,), quiet)
                 ok &= tensors[key] is not None
                 reads.append(raw)
+                t = tensors[key]
+                if t is not None and tc.has_acc and key != "add_to" and t.dtype in FP8_DTYPES:
+                    self.err(
+                        path + (key,),
+                        f"'{raw}' is {t.dtype}; a GEMM epilogue reads no fp8 tile in coda 1 "
+                        "(QuACK 0.6.5's epilogue tile loads are 16- and 32-bit)",
+                        "read it in a host step, or store it in bf16 too",
+                    )
+                    ok = False
         results = None
         poisoned = any(v.kind == "unknown" for v in flat(ins.values()))
         if poisoned:  # an earlier error already explains this item; stay quiet

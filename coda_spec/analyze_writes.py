@@ -15,6 +15,7 @@ from coda_spec.dims import DimError, fold, show
 from coda_spec.errors import Diagnostic, closest
 from coda_spec.expr import ExprError, free_names, parse
 from coda_spec.finalize import NEEDS_EPS, NEEDS_N, finalize_op, ops_folding
+from coda_spec.primitives.base import FP8_DTYPES
 
 
 def _words(names) -> str:
@@ -166,6 +167,7 @@ def store_item(w, step, op, vt, tensors, scope, tc, dtype, writes):
     if vt.kind == "tile":
         w.tma_rule(vt.width, dt, path, f"stored tile '{to}'")
     init = op.get("add_to")
+    _fp8_store(w, op, vt, dt, init)
     if init is not None and tensors.get("add_to") is not None:
         t = tensors["add_to"]
         if vt.kind != "unknown" and tuple(t.shape) == shape and t.dtype != dt:
@@ -188,6 +190,28 @@ def store_item(w, step, op, vt, tensors, scope, tc, dtype, writes):
     w.produced.append(info)
     scope[to] = info
     writes.append(to)
+
+
+def _fp8_store(w, op, vt, dt, init) -> None:
+    """An fp8 store writes a tile (D or an aux tile of a plain kernel, or a host step's tile):
+    a per-row vector store (a gathered column) is fp32 and an fp8 store cannot accumulate (the
+    TMA reduce-add takes fp32/fp16/bf16). Pairing modes are ``epilogue_refusals``' business."""
+    if dt not in FP8_DTYPES or vt.kind == "unknown":
+        return
+    path = op.loc.path
+    if vt.kind != "tile":
+        w.err(
+            path + ("dtype",) if op.get("dtype") else path,
+            f"an fp8 store writes tiles; '{op.get('to')}' is a per-row vector",
+            "store it as fp32",
+        )
+    if init is not None:
+        w.err(
+            path + ("add_to",),
+            f"an {dt} store cannot accumulate (add_to): the TMA reduce-add takes fp32, fp16 "
+            "or bf16",
+            "store the sum in bf16 or fp32, or drop add_to",
+        )
 
 
 def _add_to_fixes(op, target, dt, want) -> str:

@@ -13,9 +13,25 @@ imports torch: ``coda check`` stays torch-free (tests/test_robustness.py's
 ``test_check_imports_no_gpu_stack``), and ``from coda_spec.dtypes import TORCH_DTYPES`` works as
 it always did in modules that need torch anyway.
 
-Which dtypes a tensor may declare (and which are refused: fp8 is planned) is the schema's and the
-checker's business; the primitives' ``DTYPES``/``INDEX_DTYPES``/``FP8_DTYPES`` are the same
-names grouped by ``kind``.
+Which dtypes a tensor may declare is the schema's and the checker's business (fp8 is a store
+dtype: outputs and stored tiles may be fp8, inputs may not, see ``analyze``); the primitives'
+``DTYPES``/``INDEX_DTYPES``/``FP8_DTYPES`` are the same names grouped by ``kind``.
+
+fp8 rounding, one rule everywhere (measured 2026-12-02, GPU-blind compiles on the build box):
+round to nearest even, saturating -- finite values past the largest one (448 for e4m3, 57344
+for e5m2; ``DType.max_finite``) become it with their sign, NaN stays NaN.
+* CuTe DSL 4.8.1 lowers ``TensorSSA.to(Float8E4M3FN / Float8E5M2)`` (QuACK's D and TileStore
+  convert) to ``cvt.rn.satfinite.e4m3x2.f32`` / ``e5m2x2.f32``: the rule itself, so the epilogue
+  needs no explicit clamp (PTX read off ``cute.compile(...).__ptx__`` of a probe kernel).
+* Triton 3.9's GPU conversion is the same ``cvt.rn.satfinite`` (its libtriton carries those
+  strings), but its interpreter (``TRITON_INTERPRET=1``, the CPU tests) converts out-of-range
+  values to NaN/inf and mis-rounds a mantissa carry (500 -> 256 in e5m2). So host kernels round
+  in fp32 arithmetic first (``coda_spec.host_api.HostCtx.cast``: clamp, then the fp32 adder's
+  round-to-nearest-even at the fp8 spacing, sign kept), and the final ``.to`` converts an exactly
+  representable value: bit for bit :func:`round_to` on the GPU and under the interpreter.
+* :func:`round_to` clamps, then converts with torch (round to nearest even); clamping first
+  equals satfinite because every value between the largest finite one and the next rounding
+  boundary rounds down to it anyway.
 """
 
 from __future__ import annotations
@@ -32,6 +48,9 @@ class DType:
     kind: str  # float | index | fp8
     triton: str = ""  # the triton.language dtype in generated text ("": no Triton kernel takes it)
     triton_ptr: str = ""  # a pointer to it in a Triton kernel signature
+    max_finite: float = 0.0  # fp8: the largest finite value (a store saturates there)
+    mantissa_bits: int = 0  # fp8: explicit mantissa bits (3 for e4m3, 2 for e5m2)
+    min_exponent: int = 0  # fp8: the smallest normal exponent (-6 for e4m3, -14 for e5m2)
 
 
 DTYPES = (
@@ -40,8 +59,8 @@ DTYPES = (
     DType("fp32", 4, "float32", "float", "tl.float32", "*fp32"),
     DType("int32", 4, "int32", "index", "tl.int32", "*i32"),
     DType("int64", 8, "int64", "index", "tl.int64", "*i64"),
-    DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8"),
-    DType("fp8_e5m2", 1, "float8_e5m2", "fp8"),
+    DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8", "tl.float8e4nv", "*fp8e4nv", 448.0, 3, -6),
+    DType("fp8_e5m2", 1, "float8_e5m2", "fp8", "tl.float8e5", "*fp8e5", 57344.0, 2, -14),
 )
 
 
@@ -77,12 +96,11 @@ def round_to(x, name: str):
     fp8 ``store`` does; NaN stays NaN. The one rounding rule of the reference's ``cast`` and
     stores and of the math language's ``bf16(x)``/``fp16(x)``/``fp8_e4m3(x)``/``fp8_e5m2(x)``.
     """
-    import torch
 
     low = torch_dtype(name)
-    if dtype(name).kind == "fp8":
-        big = torch.finfo(low).max
-        x = x.clamp(-big, big)
+    row = dtype(name)
+    if row.kind == "fp8":
+        x = x.clamp(-row.max_finite, row.max_finite)
     return x.to(low).to(x.dtype)
 
 

@@ -299,7 +299,29 @@ class HostCtx:
         name = self.info_of(tensor).dtype
         if name == "fp32":
             return expr
-        return f"{_atom(expr)}.to({dtype(name).triton})"
+        row = dtype(name)
+        if row.kind == "fp8":
+            return self._fp8(expr, row)
+        return f"{_atom(expr)}.to({row.triton})"
+
+    def _fp8(self, expr: str, row) -> str:
+        """fp32 ``expr`` rounded to fp8 as ``coda_spec.dtypes.round_to`` does (the module's
+        docstring says why it is not a bare ``.to``): clamp to +-max_finite (NaN kept), add and
+        subtract ``1.5 * 2**23`` fp8 spacings (the fp32 adder rounds to nearest even at that
+        spacing: ``2**(e - mantissa_bits)`` for the value's exponent ``e``, at least the
+        smallest normal one), put the sign back (so -0 stays -0), then convert the exactly
+        representable value. Temporaries go on lines before the store that uses the result."""
+        big = f"{row.max_finite!r}"
+        c, bits, mag = self.fresh("sat"), self.fresh("sat_bits"), self.fresh("sat_mag")
+        emin = 127 + row.min_exponent
+        self.line(f"{c} = tl.clamp({expr}, -{big}, {big}, propagate_nan=tl.PropagateNan.ALL)")
+        self.line(f"{bits} = {c}.to(tl.int32, bitcast=True)")
+        spacing = f"tl.maximum(({bits} >> 23) & 255, {emin})"
+        magic = f"(({spacing} + {23 - row.mantissa_bits}) << 23).to(tl.float32, bitcast=True) * 1.5"
+        self.line(f"{mag} = {magic}")
+        self.line(f"{mag} = (tl.abs({c}) + {mag}) - {mag}")
+        signed = f"({mag}.to(tl.int32, bitcast=True) | ({bits} & -2147483648))"
+        return f"{signed}.to(tl.float32, bitcast=True).to({row.triton})"
 
     def ptr(self, tensor: str) -> str:
         """The pointer parameter of a chain tensor the body reads."""

@@ -15,7 +15,9 @@ static dims nudged off the tile grid; small: M = 64; or ``--dims``):
    design — rows whose index is the tensor's ``ignore_index`` in a gathered output — are
    declared and excluded); ``max|out - ref| <= 2 * max|ref_lowp - ref| + floor`` with
    ``floor = 1e-5 * max|ref|`` for fp32 outputs (statistics that ref_lowp does not round) and 0
-   for 16-bit ones; no per-spec loosening. Partial buffers must have every slot written.
+   for 16-bit and fp8 ones; no per-spec loosening (an fp8 output's bound is about one fp8
+   spacing at the top of its range: ref_lowp rounds and saturates it with ``round_to``, as the
+   kernel's store does). Partial buffers must have every slot written.
    The relative error ||out - ref|| / ||ref|| is reported (about 1.7e-3 is one bf16 rounding);
 5. ``equivalent_to`` (the unfused math) is evaluated on the same inputs and compared with ref.
 

@@ -123,7 +123,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "dtype_output_block": [
         (17, 7, "outputs.x1: outputs declares 'x1' as fp32 but step 'out_proj' stores it as bf16")
     ],
-    "input_fp8": [(6, 31, "fp8_e4m3 tensors are not supported in coda 1")],
+    "input_fp8": [(6, 31, "fp8_e4m3 inputs are not supported in coda 1")],
     "input_int_no_range": [(7, 11, "integer tensor 'target' needs a range")],
     "input_ignore_index_float": [(6, 51, "ignore_index applies to integer index tensors only")],
     # -- dims and hardware shape rules -----------------------------------------------------------

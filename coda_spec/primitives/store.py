@@ -5,12 +5,20 @@ else to the GEMM's A operand dtype (fp32 for column vectors). With ``add_to: t``
 ``t + value`` written in place of ``t`` (QuACK's add_to_output: a TMA reduce-add, no extra read
 pass); the new tensor is named by ``to`` and ``t`` may not be read after this step.
 Tiles write an M x W tensor; column vectors (a gathered target logit) write a length-M one.
+
+fp8 stores (``dtype: fp8_e4m3`` / ``fp8_e5m2``, or an fp8 ``outputs`` entry): tiles only (D or an
+aux tile of a plain-mode kernel, or a host step's tile), rounded to nearest even and saturating
+at the format's largest finite value (``coda_spec.dtypes`` has the one rule and why the
+epilogue's convert already is it: ``cvt.rn.satfinite``); rows must be 16-byte aligned (N % 16),
+and an fp8 store cannot ``add_to`` (TMA reduce-add takes fp32/fp16/bf16). The checker refuses the
+rest at the item (``analyze_writes.store_item``).
 """
 
 from coda_spec.errors import ItemError
 from coda_spec.lower_api import Code, Field
 from coda_spec.primitives.base import (
     DTYPES,
+    FP8_DTYPES,
     NAME_RE,
     TENSOR_REF,
     TILE,
@@ -113,7 +121,7 @@ PRIMITIVE = Primitive(
         VALUE_REF,
         {
             "to": {"type": "string", "pattern": NAME_RE},
-            "dtype": {"enum": list(DTYPES)},
+            "dtype": {"enum": list(DTYPES + FP8_DTYPES)},
             "add_to": TENSOR_REF,
         },
         result="none",

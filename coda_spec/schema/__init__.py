@@ -103,7 +103,7 @@ def structure_defs() -> dict:
         ),
         "step": {"anyOf": [{"$ref": f"#/$defs/{k}"} for k in STEP_KINDS]},
         "steps": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/step"}},
-        "outputs": _named_map({"enum": list(DTYPES)}, minProperties=1),
+        "outputs": _named_map({"enum": list(DTYPES + FP8_DTYPES)}, minProperties=1),
         "backward": _obj(
             {
                 "doc": _DOC,
