@@ -15,7 +15,7 @@ from coda_spec.analyze_types import TensorInfo
 from coda_spec.errors import Diagnostic, did_you_mean
 from coda_spec.ir import Loc
 from coda_spec.primitives import registry
-from coda_spec.primitives.base import INDEX_DTYPES
+from coda_spec.primitives.base import INDEX_DTYPES, MASK_DTYPES
 
 
 def productions(step, prims) -> list[tuple[str, tuple]]:
@@ -203,7 +203,7 @@ def backward_scope(src, spec, fwd_tensors, inputs, diags, warnings) -> dict:
         scope[grad] = TensorInfo(
             grad,
             f.shape,
-            f.dtype if f.dtype not in INDEX_DTYPES else "fp32",
+            f.dtype if f.dtype not in INDEX_DTYPES + MASK_DTYPES else "fp32",
             "grad_in",
             "",
             src_loc(src, path),

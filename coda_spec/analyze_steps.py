@@ -17,7 +17,15 @@ from coda_spec.analyze_writes import finalize_step, store_item
 from coda_spec.dtypes import DTYPES
 from coda_spec.errors import Diagnostic, ItemError, did_you_mean
 from coda_spec.finalize import ops_folding
-from coda_spec.primitives.base import FP8_DTYPES, INDEX_DTYPES, PAIR, VType, double, half
+from coda_spec.primitives.base import (
+    FP8_DTYPES,
+    INDEX_DTYPES,
+    MASK_DTYPES,
+    PAIR,
+    VType,
+    double,
+    half,
+)
 
 
 def _first_fold(kind: str) -> str:
@@ -186,7 +194,7 @@ class StepWalker:
                 self.width_src = (over, 1, f"host step '{step.name}' is {{w}} wide")
             else:  # over a vector [M]: one row per element, no columns (per-row values only)
                 width, self.vector_over = None, step.over
-            dtype = over.dtype if over.dtype not in INDEX_DTYPES else "fp32"
+            dtype = over.dtype if over.dtype not in INDEX_DTYPES + MASK_DTYPES else "fp32"
             ops = step.body
         tc = TypeCtx(rows, width, self.sizes, is_kernel)
         self.rows = rows

@@ -102,7 +102,7 @@ SHAPES = (
 )
 # Field roles: what a kernel reads from the chain, what it writes, and which of those are fp32
 # partial buffers (a ``group_stat`` is neither: its group width is baked into the kernel; nor is
-# ``columns``, a table the runtime makes).
+# ``columns`` or ``rows``, tables the runtime makes).
 READ_ROLES = frozenset({"tile", "index", "row", "col", "scalar"})
 WRITE_ROLES = frozenset({"aux", "select", "colred", "rowred", "group_out"})
 PARTIAL_ROLES = frozenset({"colred", "rowred", "group_out"})
@@ -131,10 +131,12 @@ class Field:
     # | group_stat (a GroupStat op: the int group width, shape (group,), baked in at compile
     #   time; None at run time) | group_out (its finalized per-(row, group) values, complete)
     # | columns (fp32 0 .. N - 1, shape (1, N): the runtime's table of global column indices)
+    # | rows (fp32 0 .. M - 1, shape (1, M): the runtime's table of global row indices)
     role: str
     shape: tuple  # buffer shape passed to the kernel (expressions over the dims)
     dtype: str
-    transform: str = ""  # runtime view/conversion: "" | "turns_table" | "to_fp32"
+    # runtime view/conversion: "" | "turns_table" | "to_fp32" | "as_uint8" (a bool tile's bytes)
+    transform: str = ""
     fold: str = ""  # partial buffers: how a finalize folds them (sum | max | logsumexp)
 
     @property

@@ -15,7 +15,8 @@ it always did in modules that need torch anyway.
 
 Which dtypes a tensor may declare is the schema's and the checker's business (fp8 is a store
 dtype: outputs and stored tiles may be fp8, inputs may not, see ``analyze``); the primitives'
-``DTYPES``/``INDEX_DTYPES``/``FP8_DTYPES`` are the same names grouped by ``kind``.
+``DTYPES``/``INDEX_DTYPES``/``MASK_DTYPES``/``FP8_DTYPES`` are the same names grouped by
+``kind``.
 
 fp8 rounding, one rule everywhere (measured 2026-12-02, GPU-blind compiles on the build box):
 round to nearest even, saturating -- finite values past the largest one (448 for e4m3, 57344
@@ -32,6 +33,12 @@ for e5m2; ``DType.max_finite``) become it with their sign, NaN stays NaN.
 * :func:`round_to` clamps, then converts with torch (round to nearest even); clamping first
   equals satfinite because every value between the largest finite one and the next rounding
   boundary rounds down to it anyway.
+
+Masks (kind ``mask``): ``uint8`` and ``bool`` tensors, one byte per element, read by the tile and
+vector loads as fp32 0/1 values (``uint8`` as its value, 0..255; the checker's inputs draw 0 and
+1). QuACK 0.6.5 maps ``torch.uint8`` to ``cutlass.Uint8`` (``quack.cute_dsl_utils``) but has no
+entry for ``torch.bool``: a GEMM epilogue reads a bool tensor through the same bytes as uint8
+(``Field.transform`` ``as_uint8``, a free ``view``), so both go through one TMA path.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ class DType:
     name: str  # as a spec writes it
     bytes: int  # element size
     torch_name: str  # the attribute of the ``torch`` module
-    kind: str  # float | index | fp8
+    kind: str  # float | index | mask | fp8
     triton: str = ""  # the triton.language dtype in generated text ("": no Triton kernel takes it)
     triton_ptr: str = ""  # a pointer to it in a Triton kernel signature
     max_finite: float = 0.0  # fp8: the largest finite value (a store saturates there)
@@ -59,6 +66,8 @@ DTYPES = (
     DType("fp32", 4, "float32", "float", "tl.float32", "*fp32"),
     DType("int32", 4, "int32", "index", "tl.int32", "*i32"),
     DType("int64", 8, "int64", "index", "tl.int64", "*i64"),
+    DType("uint8", 1, "uint8", "mask", "tl.uint8", "*u8"),
+    DType("bool", 1, "bool", "mask", "tl.int1", "*i1"),
     DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8", "tl.float8e4nv", "*fp8e4nv", 448.0, 3, -6),
     DType("fp8_e5m2", 1, "float8_e5m2", "fp8", "tl.float8e5", "*fp8e5", 57344.0, 2, -14),
 )

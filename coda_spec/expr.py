@@ -63,6 +63,10 @@ FUNCTIONS = {
     "apply_rotary_emb": "Llama's interleaved RoPE: x pairs as complex numbers times "
     "exp(i * theta), theta of shape [rows, W/2]",
     "vjp": "vjp(y, x, dy): vector-Jacobian product dy^T dy/dx by torch.autograd",
+    "philox_uniform": "philox_uniform(seed, offset, M, N): [M, N] Philox4x32-10 uniforms in "
+    "[0, 1), element (m, n) keyed by counter offset + m*N + n (the philox primitive's numbers)",
+    "dropout": "dropout(x, p, seed, offset): x * (u >= p) / (1 - p), u = philox_uniform(seed, "
+    "offset, rows, cols) of the 2-D x; the mask is a constant to vjp",
     "bf16": "bf16(x): x rounded to bfloat16 (nearest even), as a cast to bf16 rounds",
     "fp16": "fp16(x): x rounded to float16 (nearest even)",
     "fp8_e4m3": "fp8_e4m3(x): x rounded to fp8 e4m3 (nearest even), saturating at +-448",

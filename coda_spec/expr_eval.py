@@ -12,6 +12,7 @@ import ast
 import torch
 import torch.nn.functional as F
 
+from coda_spec import philox
 from coda_spec.dtypes import round_to
 from coda_spec.expr import ROUNDINGS, Program, uses_vjp
 
@@ -56,6 +57,20 @@ def _rounding(name: str):
     return rnd
 
 
+def _philox_uniform(seed, offset, m, n):
+    """The philox primitive's uniforms (``coda_spec.philox``, bit for bit), fp64 [m, n]."""
+    device = seed.device if hasattr(seed, "device") else None
+    s, o = philox.scalar_int(seed), philox.scalar_int(offset)
+    return philox.uniform(s, o, int(m), int(n), device=device)
+
+
+def _dropout(x, p, seed, offset):
+    """Inverted dropout with the philox mask, a constant (no gradient flows into it)."""
+    u = _philox_uniform(seed, offset, x.shape[0], x.shape[1]).to(x.device)
+    keep = (u >= float(p)).to(x.dtype)
+    return x * keep / (1.0 - float(p))
+
+
 def _sum(x, dim=None):
     return x.sum() if dim is None else x.sum(dim)
 
@@ -95,6 +110,8 @@ FUNCS = {
     "cross_entropy": _cross_entropy,
     "apply_rotary_emb": _rotary,
     "vjp": _vjp,
+    "philox_uniform": _philox_uniform,
+    "dropout": _dropout,
     **{name: _rounding(name) for name in ROUNDINGS},
 }
 

@@ -16,7 +16,7 @@ import math
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.dtypes import TORCH_DTYPES
+from coda_spec.dtypes import TORCH_DTYPES, dtype
 from coda_spec.expr import parse
 from coda_spec.expr_eval import evaluate
 
@@ -37,6 +37,11 @@ def _weight_scales(spec, sizes) -> dict:
 
 
 def _draw(t, shape, sizes, gen, scale):
+    if dtype(t.dtype).kind == "mask":  # 0/1 by default; ``range: [lo, hi]``: integers in [lo, hi)
+        lo, hi = (0, 2) if t.range is None else t.range
+        lo, hi = (dimmod.evaluate(b, sizes) if isinstance(b, str) else b for b in (lo, hi))
+        x = torch.randint(int(lo), int(hi), shape, generator=gen, dtype=torch.int64)
+        return x.to(TORCH_DTYPES[t.dtype])
     if t.range is not None:
         lo, hi = (dimmod.evaluate(b, sizes) if isinstance(b, str) else b for b in t.range)
         if t.dtype in ("int32", "int64"):
@@ -67,7 +72,8 @@ def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, di
             shape = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
             x = _draw(t, shape, sizes, gen, scales.get(t.name, 1.0))
             low[t.name] = x
-            exact[t.name] = x.double() if x.is_floating_point() else x
+            is_mask = dtype(t.dtype).kind == "mask"  # the math reads masks as 0/1 numbers
+            exact[t.name] = x.double() if x.is_floating_point() or is_mask else x
         env = {**exact, **{k: v for k, v in sizes.items()}}
         for t in spec.tensors:
             if t.derive is None:

@@ -103,11 +103,13 @@ KERNEL_IMPORTS = MappingProxyType(
             "lane_max",
             "lane_min",
             "lanewise",
+            "philox_uniform",
             "round_bf16",
             "round_fp16",
             "select",
         ),
         "coda_spec.lower.quack_ops": ("GroupStat",),
+        "cutlass": ("Int64",),  # a Scalar op's element type: Scalar("seed", dtype=Int64)
         "coda_spec.lower.quack_private": ("angle_turns", "sincos_turns"),
     }
 )
@@ -124,10 +126,15 @@ NO_PACKED_PREPASS = (
 # The fn operand (and EpilogueArguments field) of a kernel's column table: fp32 0, 1, ..., N - 1
 # over GEMM-N, which the runtime fills (``Field`` role ``columns``; :meth:`LowerCtx.columns`).
 COLUMNS = "columns"
+# The row table's operand: fp32 0, 1, ..., M - 1 over GEMM-M (``Field`` role ``rows``), a
+# ``ColVecLoad``, for values keyed by the global row (``philox``; :meth:`LowerCtx.row_indices`).
+ROWS = "rows"
 
 # Names a spec value or tensor may not take in generated code (they get a trailing "_"): the fn's
 # own parameters and return key, and every name kernel.py may import.
-RESERVED = frozenset({"acc", "c", "D", "cutlass", "Pair", COLUMNS, *SOURCE_OF, *MODULE_IMPORTS})
+RESERVED = frozenset(
+    {"acc", "c", "D", "cutlass", "Pair", COLUMNS, ROWS, *SOURCE_OF, *MODULE_IMPORTS}
+)
 
 
 def prepass_slice(raw, producers: dict, prims, out: dict, done=()) -> None:
@@ -415,6 +422,16 @@ class LowerCtx:
             self._params[COLUMNS] = self.op("RowVecLoad", COLUMNS)
             self._fields.append(Field(COLUMNS, "", "columns", (1, self._width), "fp32"))
         return Val(COLUMNS, self.form_of_width(self._width))
+
+    def row_indices(self):
+        """The global row index of each accumulator element as a value (fp32, exact up to
+        2^24): a ``ColVecLoad`` of the kernel's row table, ``0, 1, ..., M - 1`` over GEMM-M,
+        which the runtime fills and keeps per (M, device), as it does the column table.
+        Declared once per kernel; one value per row (form ``s``)."""
+        if ROWS not in self._params:
+            self._params[ROWS] = self.op("ColVecLoad", ROWS)
+            self._fields.append(Field(ROWS, "", "rows", (1, self._rows), "fp32"))
+        return Val(ROWS, "s")
 
     def add_field(self, f: Field):
         """An EpilogueArguments entry that is no fn operand (a statistic's ``.out`` buffer)."""

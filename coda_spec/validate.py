@@ -35,8 +35,9 @@ _TYPE_NAMES = {
     "boolean": "true/false",
 }
 
-# Mask dtypes users reach for: the did-you-mean would offer int64 (8 bytes per element).
-_MASK_DTYPES = ("uint8", "bool", "int8", "u8", "i8")
+# Mask dtype spellings users reach for that are not coda's (uint8 and bool are): the
+# did-you-mean would offer int64 (8 bytes per element).
+_MASK_DTYPES = ("int8", "u8", "i8", "boolean")
 
 
 def _describe(value) -> str:
@@ -135,8 +136,8 @@ def _translate(src: Source, base: tuple, error) -> list[Diagnostic]:
         hint = did_you_mean(inst, error.validator_value) if isinstance(inst, str) else ""
         if path[-1:] == ("dtype",) and inst in _MASK_DTYPES:  # not a typo of int64: a mask
             hint = (
-                f"{inst} tensors are not supported yet (planned for masks); meanwhile pass a "
-                "mask as bf16 0/1 values (2 bytes per element) and multiply by it"
+                "a one-byte 0/1 mask is dtype uint8 (or bool); loads read it as fp32 0/1 "
+                "values, multiply by it"
             )
         return [src.diag(path, f"{_describe(inst)} is not one of: {choices}", hint)]
     if v == "const":

@@ -149,7 +149,10 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     ],
     "range_unknown_dim": [(7, 49, "unknown dim 'VV'; did you mean 'V'?")],
     "tile_width_mismatch": [(13, 9, "operand widths differ (tile[4096], tile[2048])")],
-    "dtype_mask_uint8": [(8, 32, "uint8 tensors are not supported yet (planned for masks)")],
+    "dtype_mask_tma_row": [
+        (13, 9, "the loaded tile is 4104 wide; uint8 rows must be a multiple of 16 elements")
+    ],
+    "dtype_mask_int8": [(8, 32, "a one-byte 0/1 mask is dtype uint8 (or bool)")],
     "row_vector_width": [
         (
             14,

@@ -141,8 +141,10 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
     epi, overrides = {}, {}
     for f in k["fields"]:
         if f["role"] == "scalar":
+            # fp32 (load_scalar) or int64 (a philox seed or offset, Scalar(dtype=Int64))
             epi[f["name"]] = 1.0
-            overrides[f["name"]] = ("pointer", cutlass.Float32)
+            scalar_type = cutlass.Int64 if f["dtype"] == "int64" else cutlass.Float32
+            overrides[f["name"]] = ("pointer", scalar_type)
         elif f["role"] == "group_stat":
             # A GroupStat's host arg: the group width as a plain int, a constexpr baked into
             # the kernel (the exported function takes None in this slot at run time).

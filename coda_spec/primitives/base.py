@@ -60,6 +60,7 @@ MODES = ("plain", "acc_pair", "packed_pair")  # a kernel's pairing modes (analyz
 NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DTYPES = dtype_names("float")  # the one dtype table: coda_spec.dtypes
 INDEX_DTYPES = dtype_names("index")
+MASK_DTYPES = dtype_names("mask")  # uint8, bool: read as fp32 0/1 by the loads
 FP8_DTYPES = dtype_names("fp8")
 
 

@@ -1,7 +1,17 @@
-"""`load_row`: read a per-column vector broadcast over rows (gamma, bias, RoPE frequencies)."""
+"""`load_row`: read a per-column vector broadcast over rows (gamma, bias, RoPE frequencies).
+
+A ``uint8``/``bool`` mask vector reads as fp32 0/1 values (the runtime converts it for a GEMM
+epilogue; a host step loads the bytes and converts them)."""
 
 from coda_spec.primitives._loads import need_rank
-from coda_spec.primitives.base import TENSOR_REF, VECTOR, Primitive, VType, item_schema
+from coda_spec.primitives.base import (
+    MASK_DTYPES,
+    TENSOR_REF,
+    VECTOR,
+    Primitive,
+    VType,
+    item_schema,
+)
 
 
 def _infer(tc, op, ins, tensors):
@@ -19,7 +29,11 @@ def _lower(lc, op):
         # consumer decides how it is passed, so defer it.
         lc.bind(op.results[0], f"<row {t}>", "deferred", tensor=t)
         return
-    name = lc.param(t, "row", lc.op("RowVecLoad", lc.ident(t)), (1, width), info.dtype)
+    # A uint8/bool mask row is converted to fp32 by the runtime (``to_fp32``), as int columns
+    # are: the vector loads then read 4-byte elements only.
+    dtype, transform = ("fp32", "to_fp32") if info.dtype in MASK_DTYPES else (info.dtype, "")
+    load = lc.op("RowVecLoad", lc.ident(t))
+    name = lc.param(t, "row", load, (1, width), dtype, transform)
     lc.bind(op.results[0], name, lc.form_of_width(width))
 
 

@@ -3,6 +3,15 @@
 Its width may equal the accumulator's, half it, or double it: a 16-bit tile twice as wide as the
 accumulator is read as packed (even, odd) pairs, which is how backward kernels such as dSwiGLU
 read the saved gate/up pre-activation.
+
+A one-byte mask tile (dtype ``uint8`` or ``bool``) reads as fp32 0/1 values (a uint8 as its value),
+so a masked residual is ``{load_tile: keep}`` then ``{mul: [acc, keep]}``. In a GEMM epilogue it
+goes through QuACK's TileLoad like any aux input: a TMA of 1-byte elements (16-byte rows: the
+width a multiple of 16) into shared memory, a universal (non-ldmatrix) shared-to-register copy
+(``quack.copy_utils.sm90_get_smem_load_op`` picks ldmatrix for 16-bit types only) and a convert
+to fp32. QuACK 0.6.5 maps ``torch.uint8`` to ``cutlass.Uint8`` but has no ``torch.bool`` entry,
+so a bool tile is passed as the same bytes viewed as uint8 (``Field`` transform ``as_uint8``).
+A host step loads the bytes (``*u8`` or ``*i1``) and converts them.
 """
 
 from coda_spec.errors import ItemError
@@ -33,7 +42,10 @@ def _lower(lc, op):
         return
     if lc.mode == "acc_pair" and width != lc.width:
         raise lc.error("acc_pair kernels read tiles as wide as the accumulator")
-    name = lc.param(t, "tile", lc.op("TileLoad", lc.ident(t)), tuple(info.shape), info.dtype)
+    # bool has no CuTe element type in QuACK 0.6.5's torch map: the same bytes read as uint8
+    dtype, transform = ("uint8", "as_uint8") if info.dtype == "bool" else (info.dtype, "")
+    load = lc.op("TileLoad", lc.ident(t))
+    name = lc.param(t, "tile", load, tuple(info.shape), dtype, transform)
     if op.results[0] != t:
         lc.let(op.results[0], name, lc.form_of_width(width))
     else:

@@ -94,14 +94,14 @@ def turns_table(freqs: torch.Tensor) -> torch.Tensor:
     return torch.stack([hi, lo], dim=-1).reshape(1, -1)
 
 
-def column_table(n: int, device) -> torch.Tensor:
+def column_table(n: int, device, what: str = "N") -> torch.Tensor:
     """The column table of a GEMM over ``n`` columns: fp32 0, 1, ..., n - 1 as (1, n), which a
     kernel reads as a ``RowVecLoad`` to know each element's global column (``onehot``,
     ``col_index``)."""
     if n > FP32_EXACT:
         raise CodaRuntimeError(
-            f"GEMM N is {n}: a kernel's column indices are fp32, exact up to {FP32_EXACT}; "
-            "split the GEMM over N"
+            f"GEMM {what} is {n}: a kernel's {'column' if what == 'N' else 'row'} indices are "
+            f"fp32, exact up to {FP32_EXACT}; split the GEMM over {what}"
         )
     return torch.arange(n, dtype=torch.float32, device=device).reshape(1, n)
 
@@ -164,7 +164,7 @@ class Launcher:
         self._fns: dict = {}  # symbol -> exported function, resolved at its first launch
         self._gpus: dict = {}  # device -> SM count, once the GPU is checked (sm_90)
         self._tables: dict = {}  # id(freqs) -> (weak reference, its version, turns table)
-        self._columns: dict = {}  # (N, device) -> column table
+        self._columns: dict = {}  # (N, device) -> column table; ("rows", M, device) -> row table
         self.cubins = {  # step -> (cubin, aligned cubin or None)
             s.name: (
                 Cubin(directory, s.launch.cubin, s.launch.types, s.launch.hidden),
@@ -296,22 +296,28 @@ class Launcher:
         buffer it writes (recorded in ``made``)."""
         role, t, env = f.role, f.tensor, call.env
         if role in ("tile", "index"):
-            return env[t]
+            # a bool mask tile travels as its bytes: QuACK 0.6.5 maps uint8, not bool
+            return env[t].view(torch.uint8) if f.transform == "as_uint8" else env[t]
         if role == "row":
             x = env[t]
             if f.transform == "turns_table":
                 return self.turns(x) if self._keeps(call) else turns_table(x)
-            return x.reshape(1, -1)
+            x = x.reshape(1, -1)
+            return x.float() if f.transform == "to_fp32" else x
         if role == "columns":  # no chain tensor: the table of this call's GEMM N
             n = plan.field_shape(f, call.sizes)[1]
             return self.columns(n, call.device, keep=self._keeps(call))
+        if role == "rows":  # no chain tensor: the table of this call's GEMM M (philox)
+            m = plan.field_shape(f, call.sizes)[1]
+            return self.rows(m, call.device, keep=self._keeps(call))
         if role == "col":
             x = env[t].reshape(1, -1)
             return x.float() if f.transform == "to_fp32" else x
         if role == "scalar":
             x = env[t]
-            if x.dtype != torch.float32:
-                raise CodaRuntimeError(f"{self.name}: scalar '{t}' must be fp32")
+            want = TORCH_DTYPES[f.dtype]  # fp32 (load_scalar) or int64 (a philox seed/offset)
+            if x.dtype != want:
+                raise CodaRuntimeError(f"{self.name}: scalar '{t}' must be {f.dtype}")
             return x.data_ptr()
         if role == "group_stat":  # a GroupStat's group width: baked in at compile time
             return None
@@ -336,6 +342,17 @@ class Launcher:
         table = self._columns.get(key)
         if table is None:
             table = column_table(n, device)
+            if keep:
+                self._columns[key] = table
+        return table
+
+    def rows(self, m: int, device, keep: bool) -> torch.Tensor:
+        """The row table for GEMM M ``m`` on ``device`` (fp32 0 .. m - 1 as (1, m)), kept as
+        the column table is."""
+        key = ("rows", m, device)
+        table = self._columns.get(key)
+        if table is None:
+            table = column_table(m, device, what="M")
             if keep:
                 self._columns[key] = table
         return table

@@ -18,7 +18,14 @@ from pathlib import Path
 
 from coda_spec.finalize import OPS as FINALIZE_OPS
 from coda_spec.primitives import registry
-from coda_spec.primitives.base import DIM_REF, DTYPES, FP8_DTYPES, INDEX_DTYPES, NAME_RE
+from coda_spec.primitives.base import (
+    DIM_REF,
+    DTYPES,
+    FP8_DTYPES,
+    INDEX_DTYPES,
+    MASK_DTYPES,
+    NAME_RE,
+)
 
 SCHEMA_FILE = Path(__file__).with_name("coda-1.schema.json")
 SCHEMA_ID = "urn:coda:spec:1"
@@ -56,7 +63,7 @@ def structure_defs() -> dict:
         "tensor": _obj(
             {
                 "shape": {"type": "array", "items": DIM_REF, "maxItems": 4},
-                "dtype": {"enum": list(DTYPES + INDEX_DTYPES + FP8_DTYPES)},
+                "dtype": {"enum": list(DTYPES + INDEX_DTYPES + MASK_DTYPES + FP8_DTYPES)},
                 "range": {"type": "array", "items": bound, "minItems": 2, "maxItems": 2},
                 "ignore_index": {"type": "integer"},
                 "derive": {"type": "string"},
