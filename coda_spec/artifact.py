@@ -134,7 +134,9 @@ class Field:
     role: str
     shape: tuple  # buffer shape passed to the kernel (expressions over the dims)
     dtype: str
-    transform: str = ""  # runtime view/conversion: "" | "turns_table" | "to_fp32"
+    # runtime view/conversion: "" | "to_fp32" | a "+"-joined pipeline over a row vector of
+    # "repeat" (a per-head vector repeated to the field's width) and "turns_table" (RoPE's)
+    transform: str = ""
     fold: str = ""  # partial buffers: how a finalize folds them (sum | max | logsumexp)
 
     @property

@@ -62,6 +62,8 @@ FUNCTIONS = {
     "cross_entropy": "cross_entropy(logits, target, ignore_index=-100, reduction='none')",
     "apply_rotary_emb": "Llama's interleaved RoPE: x pairs as complex numbers times "
     "exp(i * theta), theta of shape [rows, W/2]",
+    "apply_rotary_pos_emb": "Hugging Face's rotate-half RoPE over the last dim (one head, hd "
+    "wide): x * cat(cos, cos) + rotate_half(x) * cat(sin, sin), theta [..., hd/2]",
     "vjp": "vjp(y, x, dy): vector-Jacobian product dy^T dy/dx by torch.autograd",
     "bf16": "bf16(x): x rounded to bfloat16 (nearest even), as a cast to bf16 rounds",
     "fp16": "fp16(x): x rounded to float16 (nearest even)",

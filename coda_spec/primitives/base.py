@@ -104,6 +104,10 @@ class Primitive:
     # Pairing modes of a kernel (analyze's names: "acc_pair", "packed_pair") whose epilogue its
     # ``lower`` cannot serve, each with why; ``coda check`` refuses the item there, as the walk does
     no_mode: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # (Op, where, sizes) -> ItemError | None: why THIS item, with its arguments, cannot lower in
+    # ``where`` (a kernel's pairing mode, or "host" for a host step); sizes: the static dims.
+    # Asked by ``analyze`` (so ``coda check`` refuses it, located) and by the lowering walks.
+    item_refusal: Callable = field(default=lambda op, where, sizes: None)
     version: int = 1  # bump when semantics change: part of the build hash (cache_key)
 
     def cache_key(self) -> tuple:

@@ -1,6 +1,7 @@
 """`scale`: multiply by an immediate constant (alpha * acc). For a device-pointer scalar, use
 `load_scalar` and `mul`."""
 
+from coda_spec.primitives._ranges import ranged
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     VALUE_REF,
@@ -21,16 +22,18 @@ def _host(hc, op):
     hc.let(op.results[0], [f"{lane} * {float(op.get('by'))!r}" for lane in x.lanes])
 
 
-PRIMITIVE = Primitive(
-    name="scale",
-    family=ELEMENTWISE,
-    summary="Multiply a value by an immediate constant `by` (compiled into the kernel).",
-    example="- {scale: acc, by: 0.125, as: y}",
-    schema=item_schema("scale", VALUE_REF, {"by": {"type": "number"}}, required=("by",)),
-    operands=("scale",),
-    infer=lambda tc, op, ins, tensors: (broadcast([ins["scale"]], "'scale'"),),
-    reference=lambda rt, op, ins, tensors: (ins["scale"] * float(op.get("by")),),
-    mutants=lambda op: (op.with_arg("by", moved(float(op.get("by")))),),
-    lower=_lower,
-    host=_host,
+PRIMITIVE = ranged(
+    Primitive(
+        name="scale",
+        family=ELEMENTWISE,
+        summary="Multiply a value by an immediate constant `by` (compiled into the kernel).",
+        example="- {scale: acc, by: 0.125, as: y}",
+        schema=item_schema("scale", VALUE_REF, {"by": {"type": "number"}}, required=("by",)),
+        operands=("scale",),
+        infer=lambda tc, op, ins, tensors: (broadcast([ins["scale"]], "'scale'"),),
+        reference=lambda rt, op, ins, tensors: (ins["scale"] * float(op.get("by")),),
+        mutants=lambda op: (op.with_arg("by", moved(float(op.get("by")))),),
+        lower=_lower,
+        host=_host,
+    )
 )
