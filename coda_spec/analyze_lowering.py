@@ -33,11 +33,14 @@ def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
         p = w.prims[op.prim]
         no = p.epilogue_refusal(mode)
         if no is None:
+            no = p.item_refusal(op, mode, w.sizes)
+        if no is None:
             no = _statistic_refusal(p.prepass_of(op), mode, producers, w.prims)
         if no is None and op.prim == "store":
             no = stores.refusal(op) or _fp8_pair_refusal(op, mode, scope)
         if no is not None:
-            w.err(op.loc.path, f"cannot lower '{op.prim}': {no.message}", no.hint)
+            at = op.loc.path + ((no.key,) if no.key else ())
+            w.err(at, f"cannot lower '{op.prim}': {no.message}", no.hint)
         for r in op.results:
             producers[r] = (idx, op)
 
@@ -53,6 +56,16 @@ def _fp8_pair_refusal(op, mode: str, scope) -> ItemError | None:
         "from plain kernels on sm90)",
         hint="store it in bf16 here and quantize it in a plain kernel or a host step",
     )
+
+
+def host_refusals(w, ops) -> None:
+    """Report each item of a host step's body that its host lowering refuses for its arguments
+    (``Primitive.item_refusal`` with ``"host"``), as ``coda build`` would."""
+    for op in ops:
+        no = w.prims[op.prim].item_refusal(op, "host", w.sizes)
+        if no is not None:
+            at = op.loc.path + ((no.key,) if no.key else ())
+            w.err(at, f"cannot lower '{op.prim}' in a host step: {no.message}", no.hint)
 
 
 class _StoreOrder:

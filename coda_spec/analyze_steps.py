@@ -11,7 +11,7 @@ table (``coda_spec.dtypes``).
 
 from __future__ import annotations
 
-from coda_spec.analyze_lowering import epilogue_refusals
+from coda_spec.analyze_lowering import epilogue_refusals, host_refusals
 from coda_spec.analyze_types import StepInfo, TensorInfo, TypeCtx, flat, load_hint, shape_expr
 from coda_spec.analyze_writes import finalize_step, store_item
 from coda_spec.dtypes import DTYPES
@@ -223,6 +223,8 @@ class StepWalker:
         mode = self._mode(step, env, ops, width)
         if is_kernel:
             epilogue_refusals(self, ops, mode, width, scope)
+        else:
+            host_refusals(self, ops)
         values = tuple((n, v[0]) for n, v in env.items())
         return StepInfo(
             step.name,

@@ -135,7 +135,9 @@ class Field:
     role: str
     shape: tuple  # buffer shape passed to the kernel (expressions over the dims)
     dtype: str
-    # runtime view/conversion: "" | "turns_table" | "to_fp32" | "as_uint8" (a bool tile's bytes)
+    # runtime view/conversion: "" | "to_fp32" | "as_uint8" (a bool tile's bytes) | a "+"-joined
+    # pipeline over a row vector of "repeat" (a per-head vector repeated to the field's width)
+    # and "turns_table" (RoPE's)
     transform: str = ""
     fold: str = ""  # partial buffers: how a finalize folds them (sum | max | logsumexp)
 

@@ -62,6 +62,8 @@ FUNCTIONS = {
     "cross_entropy": "cross_entropy(logits, target, ignore_index=-100, reduction='none')",
     "apply_rotary_emb": "Llama's interleaved RoPE: x pairs as complex numbers times "
     "exp(i * theta), theta of shape [rows, W/2]",
+    "apply_rotary_pos_emb": "Hugging Face's rotate-half RoPE over the last dim (one head, hd "
+    "wide): x * cat(cos, cos) + rotate_half(x) * cat(sin, sin), theta [..., hd/2]",
     "vjp": "vjp(y, x, dy): vector-Jacobian product dy^T dy/dx by torch.autograd",
     "philox_uniform": "philox_uniform(seed, offset, M, N): [M, N] Philox4x32-10 uniforms in "
     "[0, 1), element (m, n) keyed by counter offset + m*N + n (the philox primitive's numbers)",

@@ -35,6 +35,15 @@ def _rotary(x, theta):
     return torch.view_as_real(xc * rot).flatten(-2)
 
 
+def _rotary_half(x, theta):
+    """Hugging Face's ``apply_rotary_pos_emb`` on one head's last dim: pairs (i, i + hd/2),
+    ``x * cos + rotate_half(x) * sin`` with cos/sin of ``theta`` repeated over both halves."""
+    h = x.shape[-1] // 2
+    a, b = x[..., :h], x[..., h:]
+    c, s = torch.cos(theta), torch.sin(theta)
+    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+
+
 def _vjp(y, x, dy):
     (g,) = torch.autograd.grad(y, x, dy, retain_graph=True, allow_unused=True)
     return torch.zeros_like(x) if g is None else g
@@ -109,6 +118,7 @@ FUNCS = {
     "arange": None,  # arange(n): evaluated by _ev, on the inputs' device
     "cross_entropy": _cross_entropy,
     "apply_rotary_emb": _rotary,
+    "apply_rotary_pos_emb": _rotary_half,
     "vjp": _vjp,
     "philox_uniform": _philox_uniform,
     "dropout": _dropout,

@@ -149,6 +149,12 @@ def prepass_slice(raw, producers: dict, prims, out: dict, done=()) -> None:
     if idx in out:
         return
     p = prims[op.prim]
+    if op.get("cols") is not None:
+        raise ItemError(
+            f"a statistic's input is re-computed in the prepass fn, which reads no column table, "
+            f"and '{raw}' comes from an item with a column range (line {op.loc.line})",
+            hint="apply the range after the statistic, to the items that read it",
+        )
     if op.prim == "prepass":
         raise ItemError(
             f"'{raw}' is itself a prepass statistic (line {op.loc.line}); QuACK runs one "
@@ -262,6 +268,10 @@ class LowerCtx:
     def n_tiles(self, extent, tile):
         """Tiles of ``tile`` covering ``extent`` (partial-buffer shapes)."""
         return dims.cdiv(extent, tile)
+
+    def sizes(self) -> dict:
+        """The static dims' sizes (name -> int), for primitives that fold bounds themselves."""
+        return {d.name: d.size for d in self._analysis.spec.dims if d.size is not None}
 
     def fold(self, expr):
         """A dim expression (``head_dim``, ``3*D``) as an int, or its text if a dim is dynamic."""

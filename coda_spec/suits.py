@@ -49,7 +49,7 @@ def baked_change(built, case) -> str | None:
     new = {d.name: d.size for d in case.spec.dims}
     for step in built.spec.all_steps():
         for op in getattr(step, "epilogue", None) or getattr(step, "body", None) or ():
-            for expr in prims[op.prim].bakes(op):
+            for expr in prims[op.prim].bakes(op, step.kind):
                 was, now = dims.constant(str(expr), old), dims.constant(str(expr), new)
                 if was != now:
                     return (

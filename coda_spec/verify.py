@@ -124,13 +124,13 @@ def cases(
     ]
 
 
-def resized_manifest(chain, checked_case, built):
+def resized_manifest(chain, checked_case, built=None):
     """The chain's manifest at the re-analysed case's dims, lowering nothing
     (``coda_spec.runtime.plan.resized_manifest``): a variant a primitive refuses there is left
     out; a refused fallback, or a constant the build compiled in from dims the case changes
-    (``coda_spec.suits.baked_change``; ``built``: the build's checked spec), skips the case,
-    noted."""
-    baked = suits.baked_change(built, checked_case)
+    (``coda_spec.suits.baked_change``; ``built``: the build's checked spec, None: the
+    chain's), skips the case, noted."""
+    baked = suits.baked_change(built or chain.checked(), checked_case)
     if baked is not None:
         raise CaseSkipped(baked)
     try:

@@ -55,6 +55,7 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
         if reason is not None:
             raise SpecError([_diag(file, op, f"cannot lower '{op.prim}': {reason}")])
         no = p.epilogue_refusal(info.mode)  # analyze refused it already (coda check): a guard
+        no = no or p.item_refusal(op, info.mode, analysis.spec.dim_sizes())
         if no is not None:
             raise SpecError([_diag(file, op, f"cannot lower '{op.prim}': {no.message}", no.hint)])
         lc.comment(op)

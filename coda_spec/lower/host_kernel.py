@@ -236,6 +236,9 @@ def host_kernel(checked, step, block: int | None = None) -> TritonKernel:
                 op,
                 f"{prefix}: primitive '{op.prim}' has no host-kernel lowering ({why})",
             )
+        no = p.item_refusal(op, "host", spec.dim_sizes())  # analyze refused it (a guard)
+        if no is not None:
+            raise _locate(file, step, op, f"{prefix}: '{op.prim}' {no.message}", no.hint)
     try:
         slots = _slots(step, info, prims)
     except ItemError as e:

@@ -32,6 +32,7 @@ import importlib
 import operator
 from dataclasses import dataclass, replace
 
+from coda_spec.primitives._ranges import ranged
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     OPERAND,
@@ -246,24 +247,26 @@ def composite(
 
     value = {"type": "array", "items": OPERAND, "minItems": len(operands),
              "maxItems": len(operands)} if many else VALUE_REF  # fmt: skip
-    return Primitive(
-        name=name,
-        family=ELEMENTWISE,
-        summary=summary,
-        example=example,
-        schema=item_schema(name, value, params, required=tuple(params)),
-        operands=(name,),
-        infer=infer,
-        reference=reference,
-        mutants=all_mutants,
-        supports=supports,
-        lower=None if no_lower else (lambda lc, op: emit(lc, op, "lower")),
-        host=None if no_host else (lambda hc, op: emit(hc, op, "host")),
-        no_host=f"it is computed with {', '.join(no_host)}, which has no host lowering"
-        if no_host
-        else "",
-        no_mode=no_mode,
-        version=version,
+    return ranged(
+        Primitive(
+            name=name,
+            family=ELEMENTWISE,
+            summary=summary,
+            example=example,
+            schema=item_schema(name, value, params, required=tuple(params)),
+            operands=(name,),
+            infer=infer,
+            reference=reference,
+            mutants=all_mutants,
+            supports=supports,
+            lower=None if no_lower else (lambda lc, op: emit(lc, op, "lower")),
+            host=None if no_host else (lambda hc, op: emit(hc, op, "host")),
+            no_host=f"it is computed with {', '.join(no_host)}, which has no host lowering"
+            if no_host
+            else "",
+            no_mode=no_mode,
+            version=version,
+        )
     )
 
 

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from coda_spec.errors import ItemError
 from coda_spec.primitives._lowering import binary_call_lower, binary_lower, unary_lower
+from coda_spec.primitives._ranges import ranged
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     OPERAND,
@@ -82,18 +83,20 @@ def _siblings(name, siblings):
 def unary(name: str, fn, summary: str, example: str, siblings=(), lower="", host="") -> Primitive:
     """A one-operand op ``{name: x, as: y}``; ``fn(rt, x)`` is its torch math, ``lower`` its
     CuTe text and ``host`` its Triton text (a template over ``{x}``)."""
-    return Primitive(
-        name=name,
-        family=ELEMENTWISE,
-        summary=summary,
-        example=example,
-        schema=item_schema(name, VALUE_REF),
-        operands=(name,),
-        infer=_unary_infer(name),
-        reference=lambda rt, op, ins, tensors: (fn(rt, ins[name]),),
-        mutants=_siblings(name, siblings),
-        lower=unary_lower(lower) if lower else None,
-        host=unary_host(host) if host else None,
+    return ranged(
+        Primitive(
+            name=name,
+            family=ELEMENTWISE,
+            summary=summary,
+            example=example,
+            schema=item_schema(name, VALUE_REF),
+            operands=(name,),
+            infer=_unary_infer(name),
+            reference=lambda rt, op, ins, tensors: (fn(rt, ins[name]),),
+            mutants=_siblings(name, siblings),
+            lower=unary_lower(lower) if lower else None,
+            host=unary_host(host) if host else None,
+        )
     )
 
 
@@ -127,18 +130,20 @@ def binary(name: str, fn, summary: str, example: str, siblings=(), symbol="", ca
     kernel helper of the CuTe text (``lane_max``, ``_lowering.binary_call_lower``) and the Triton
     function of the host text (``tl.maximum``)."""
     pair = {"type": "array", "items": OPERAND, "minItems": 2, "maxItems": 2}
-    return Primitive(
-        name=name,
-        family=ELEMENTWISE,
-        summary=summary,
-        example=example,
-        schema=item_schema(name, pair),
-        operands=(name,),
-        infer=_binary_infer(name),
-        reference=lambda rt, op, ins, tensors: (fn(rt, *ins[name]),),
-        mutants=_siblings(name, siblings),
-        lower=binary_call_lower(call[0]) if call else binary_lower(symbol),
-        host=binary_host(symbol, f"{call[1]}({{a}}, {{b}})" if call else ""),
+    return ranged(
+        Primitive(
+            name=name,
+            family=ELEMENTWISE,
+            summary=summary,
+            example=example,
+            schema=item_schema(name, pair),
+            operands=(name,),
+            infer=_binary_infer(name),
+            reference=lambda rt, op, ins, tensors: (fn(rt, *ins[name]),),
+            mutants=_siblings(name, siblings),
+            lower=binary_call_lower(call[0]) if call else binary_lower(symbol),
+            host=binary_host(symbol, f"{call[1]}({{a}}, {{b}})" if call else ""),
+        )
     )
 
 
@@ -226,18 +231,23 @@ def parameterised_unary(
         )
         return shifted + swapped
 
-    return Primitive(
-        name=name,
-        family=ELEMENTWISE,
-        summary=summary,
-        example=example,
-        schema=item_schema(
-            name, VALUE_REF, dict(params), required=tuple(p for p in params if p not in optional)
-        ),
-        operands=(name,),
-        infer=infer,
-        reference=reference,
-        mutants=all_mutants,
-        lower=_chain_lower(name, tuple(cute)),
-        host=host,
+    return ranged(
+        Primitive(
+            name=name,
+            family=ELEMENTWISE,
+            summary=summary,
+            example=example,
+            schema=item_schema(
+                name,
+                VALUE_REF,
+                dict(params),
+                required=tuple(p for p in params if p not in optional),
+            ),
+            operands=(name,),
+            infer=infer,
+            reference=reference,
+            mutants=all_mutants,
+            lower=_chain_lower(name, tuple(cute)),
+            host=host,
+        )
     )

@@ -10,9 +10,13 @@ For RoPE the pair (a, b) = (x[2i], x[2i+1]) rotates by theta = pos * freq[i]:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from coda_spec.errors import ItemError
 from coda_spec.primitives._elementwise import HOST_GELU, HOST_SILU, HOST_TANH
+from coda_spec.primitives._ranges import ranged
 from coda_spec.primitives.base import (
+    DIM_REF,
     PAIR,
     VALUE_REF,
     Primitive,
@@ -104,6 +108,7 @@ def rope_infer(name):
     def infer(tc, op, ins, tensors):
         x = need_tile(ins[name], name, name)
         w = need_even(x, name, name)
+        half_pairs(tc, op, name, w)
         if ins["pos"].kind != "col":
             raise ItemError(
                 f"{name}: pos must be a per-row value (load_col), got {ins['pos'].show()}", "pos"
@@ -120,11 +125,73 @@ def rope_infer(name):
     return infer
 
 
-def rotate(rt, x, pos, freqs, sign: float):
+def half_pairs(tc, op, name: str, width) -> int | None:
+    """The head size of a rotate-half ``rope`` (``pairs: half``), checked; None for adjacent
+    pairs. Raises ItemError (at ``head_dim`` or ``pairs``)."""
+    if op.get("pairs", "adjacent") != "half":
+        if op.get("head_dim") is not None:
+            raise ItemError(
+                f"{name}: head_dim is only read with pairs: half", "head_dim", "drop head_dim"
+            )
+        return None
+    if op.get("head_dim") is None:
+        raise ItemError(
+            f"{name}: pairs: half rotates columns i and i + head_dim/2 of each head; it needs "
+            "the head size",
+            "pairs",
+            "add head_dim: <dim>",
+        )
+    hd = tc.fold(op.get("head_dim"), "head_dim")
+    if not isinstance(hd, int) or hd % 2:
+        raise ItemError(f"{name}: head_dim must be a static even size, not {hd}", "head_dim")
+    if isinstance(width, int) and width % hd:
+        raise ItemError(
+            f"{name}: head_dim {hd} does not divide the rotated tile's width {width}",
+            "head_dim",
+        )
+    return int(hd)
+
+
+def rotate(rt, x, pos, freqs, sign: float, head_dim: int | None = None):
+    """RoPE of ``x`` [M, W] by theta = pos * freq, freqs [1, W/2] one per pair: adjacent pairs
+    (2i, 2i + 1) use freq i; with ``head_dim`` (rotate-half, Hugging Face's layout) pair j of
+    head h is (h * hd + j, h * hd + j + hd/2) and uses freq h * hd/2 + j, so ``freqs`` is
+    inv_freq repeated per head in both layouts."""
     theta = pos * freqs * sign
     c, s = rt.torch.cos(theta), rt.torch.sin(theta)
-    a, b = split(x)
-    return join(rt, a * c - b * s, a * s + b * c)
+    if head_dim is None:
+        a, b = split(x)
+        return join(rt, a * c - b * s, a * s + b * c)
+    m, w = x.shape[0], x.shape[-1]
+    xh = x.reshape(m, w // head_dim, head_dim)
+    a, b = xh[..., : head_dim // 2], xh[..., head_dim // 2 :]
+    shape = (c.shape[0], w // head_dim, head_dim // 2)
+    c, s = c.expand(m, -1).reshape(shape), s.expand(m, -1).reshape(shape)
+    return rt.torch.cat([a * c - b * s, a * s + b * c], dim=-1).reshape(m, w)
+
+
+# Why rotate-half pairs lower nowhere yet (Primitive.item_refusal), by where, and the fix.
+NO_HALF_KERNEL = (
+    "pairs: half (Hugging Face's rotate-half layout) is planned but does not lower in a GEMM "
+    "epilogue yet: QuACK 0.6.5's epilogue fn sees one element or one adjacent column pair at a "
+    "time, never columns i and i + head_dim/2 together (although the WGMMA accumulator fragment "
+    "holds both in one thread's registers: columns 8 apart sit in the same thread)"
+)
+NO_HALF_HOST = (
+    "pairs: half (Hugging Face's rotate-half layout) is planned but does not lower in a host "
+    "step yet: a host kernel holds a chunk's columns as adjacent-column lanes, so column "
+    "i + head_dim/2 is in another slot"
+)
+HALF_FIX = (
+    "use pairs: adjacent and permute the q/k projection rows once at load, as "
+    "coda_spec/nn/layout.py does for transformers' weights (rope_order)"
+)
+
+
+def rope_refusal(op, where, sizes):
+    if op.get("pairs", "adjacent") == "half":
+        return ItemError(NO_HALF_HOST if where == "host" else NO_HALF_KERNEL, "pairs", HALF_FIX)
+    return None
 
 
 def gated_supports(config, sizes, op):
@@ -142,7 +209,10 @@ def rope_lower(sign: float):
         if freqs.form != "deferred":
             raise lc.error("freqs must be a load_row of a W/2 frequency vector")
         load = lc.op("RowVecLoad", lc.ident(freqs.tensor))
-        table = lc.param(freqs.tensor, "row", load, (1, lc.width), "fp32", "turns_table")
+        # typed W/2 wide: a shorter tensor is a per-head table, read repeated (load_row repeat)
+        short = lc.info(freqs.tensor).shape[0] * 2 != lc.width
+        transform = "repeat+turns_table" if short else "turns_table"
+        table = lc.param(freqs.tensor, "row", load, (1, lc.width), "fp32", transform)
         a, b = lc.lanes(x)
         base = lc.ident(op.results[0])
         s, c = lc.fresh(f"{base}_sin"), lc.fresh(f"{base}_cos")
@@ -260,22 +330,42 @@ def dgated_host(act: str):
 def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: str):
     """The rope / rope_bwd primitive (they differ only in the rotation's sign)."""
 
-    return Primitive(
-        name=name,
-        family=PAIR,
-        summary=summary,
-        example=example,
-        schema=item_schema(
-            name, VALUE_REF, {"pos": VALUE_REF, "freqs": VALUE_REF}, required=("pos", "freqs")
-        ),
-        operands=(name, "pos", "freqs"),
-        infer=rope_infer(name),
-        reference=lambda rt, op, ins, tensors: (
-            rotate(rt, ins[name], ins["pos"], ins["freqs"], sign),
-        ),
-        mutants=lambda op: (op.with_prim(sibling),),
-        lower=rope_lower(sign),
-        host=rope_host(sign),
+    props = {
+        "pos": VALUE_REF,
+        "freqs": VALUE_REF,
+        "pairs": {
+            "enum": ["adjacent", "half"],
+            "description": "adjacent: pairs (2i, 2i+1), Llama/Meta's layout (the default); "
+            "half: (i, i + head_dim/2) within each head, Hugging Face's rotate_half",
+        },
+        "head_dim": {**DIM_REF, "description": "the head size (with pairs: half)"},
+    }
+
+    def reference(rt, op, ins, tensors):
+        hd = rt.fold(op.get("head_dim")) if op.get("pairs") == "half" else None
+        return (rotate(rt, ins[name], ins["pos"], ins["freqs"], sign, hd),)
+
+    def mutants(op):
+        if op.get("pairs") != "half":
+            return (op.with_prim(sibling),)
+        adjacent = tuple(a for a in op.args if a[0] not in ("pairs", "head_dim"))
+        return (op.with_prim(sibling), replace(op, args=adjacent))
+
+    return ranged(
+        Primitive(
+            name=name,
+            family=PAIR,
+            summary=summary,
+            example=example,
+            schema=item_schema(name, VALUE_REF, props, required=("pos", "freqs")),
+            operands=(name, "pos", "freqs"),
+            infer=rope_infer(name),
+            reference=reference,
+            mutants=mutants,
+            lower=rope_lower(sign),
+            host=rope_host(sign),
+            item_refusal=rope_refusal,
+        )
     )
 
 

@@ -94,9 +94,10 @@ class Primitive:
     mutants: Callable = field(default=lambda op: ())  # (Op) -> tuple[dict of field overrides]
     # (BuildConfig, config.KernelSizes, Op) -> why the config cannot lower the item, or None
     supports: Callable = field(default=lambda config, sizes, op: None)
-    # (Op) -> the dim expressions whose values the compiled code holds as constants (a group
-    # width, a scale over dims): a build cannot run at dims that change one (suits.baked_change)
-    bakes: Callable = field(default=lambda op: ())
+    # (Op, where: "kernel" | "host") -> the dim expressions whose values the compiled code holds
+    # as constants (a group width, a scale over dims, a kernel's column range): a build cannot
+    # run at dims that change one (suits.baked_change)
+    bakes: Callable = field(default=lambda op, where: ())
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
     prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower_api.py)
     # (Op) -> the values a per-(row, group) statistic of this item folds in the kernel's prepass
@@ -108,6 +109,10 @@ class Primitive:
     # Pairing modes of a kernel (analyze's names: "acc_pair", "packed_pair") whose epilogue its
     # ``lower`` cannot serve, each with why; ``coda check`` refuses the item there, as the walk does
     no_mode: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # (Op, where, sizes) -> ItemError | None: why THIS item, with its arguments, cannot lower in
+    # ``where`` (a kernel's pairing mode, or "host" for a host step); sizes: the static dims.
+    # Asked by ``analyze`` (so ``coda check`` refuses it, located) and by the lowering walks.
+    item_refusal: Callable = field(default=lambda op, where, sizes: None)
     version: int = 1  # bump when semantics change: part of the build hash (cache_key)
 
     def cache_key(self) -> tuple:

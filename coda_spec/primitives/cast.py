@@ -8,6 +8,7 @@ fails by about one bf16 rounding (a store, by contrast, never rounds in the proo
 """
 
 from coda_spec.dtypes import dtype as dtype_of
+from coda_spec.primitives._ranges import ranged
 from coda_spec.primitives.base import (
     DTYPES,
     ELEMENTWISE,
@@ -35,16 +36,20 @@ def _host(hc, op):
     hc.let(op.results[0], [f"{lane}.to({ty}).to(tl.float32)" for lane in x.lanes])  # RTNE
 
 
-PRIMITIVE = Primitive(
-    name="cast",
-    family=ELEMENTWISE,
-    summary="Round a value to `dtype` (bf16, fp16, fp32); the result stays an fp32 value.",
-    example="- {cast: h, dtype: bf16, as: h_bf16}",
-    schema=item_schema("cast", VALUE_REF, {"dtype": {"enum": list(DTYPES)}}, required=("dtype",)),
-    operands=("cast",),
-    infer=lambda tc, op, ins, tensors: (broadcast([ins["cast"]], "'cast'"),),
-    reference=lambda rt, op, ins, tensors: (rt.round_always(ins["cast"], op.get("dtype")),),
-    mutants=lambda op: (op.with_arg("dtype", "fp16" if op.get("dtype") == "bf16" else "bf16"),),
-    lower=_lower,
-    host=_host,
+PRIMITIVE = ranged(
+    Primitive(
+        name="cast",
+        family=ELEMENTWISE,
+        summary="Round a value to `dtype` (bf16, fp16, fp32); the result stays an fp32 value.",
+        example="- {cast: h, dtype: bf16, as: h_bf16}",
+        schema=item_schema(
+            "cast", VALUE_REF, {"dtype": {"enum": list(DTYPES)}}, required=("dtype",)
+        ),
+        operands=("cast",),
+        infer=lambda tc, op, ins, tensors: (broadcast([ins["cast"]], "'cast'"),),
+        reference=lambda rt, op, ins, tensors: (rt.round_always(ins["cast"], op.get("dtype")),),
+        mutants=lambda op: (op.with_arg("dtype", "fp16" if op.get("dtype") == "bf16" else "bf16"),),
+        lower=_lower,
+        host=_host,
+    )
 )

@@ -23,6 +23,7 @@ check --math`` and ``coda verify`` compare the numbers exactly. The math languag
 ``philox_uniform(seed, offset, M, N)`` is the same generator.
 """
 
+from coda_spec import philox as generator  # torch-free at import: its functions import torch
 from coda_spec.errors import ItemError
 from coda_spec.lower_api import Code
 from coda_spec.primitives._loads import FP32_EXACT
@@ -83,11 +84,9 @@ def _infer(tc, op, ins, tensors):
 
 
 def _reference(rt, op, ins, tensors):
-    from coda_spec import philox
-
     x = ins["philox"]
-    seed, offset = (philox.scalar_int(tensors[k]) for k in ("seed", "offset"))
-    u = philox.uniform(seed, offset, x.shape[0], x.shape[1], device=x.device)
+    seed, offset = (generator.scalar_int(tensors[k]) for k in ("seed", "offset"))
+    u = generator.uniform(seed, offset, x.shape[0], x.shape[1], device=x.device)
     return (u.to(rt.dtype),)
 
 

@@ -142,6 +142,6 @@ PRIMITIVE = Primitive(
     mutants=_mutants,
     lower=lambda lc, op: reduce_lower(lc, op, "row"),
     prepass_of=statistic_inputs,
-    bakes=lambda op: () if op.get("group") is None else (op.get("group"),),
+    bakes=lambda op, where: () if op.get("group") is None else (op.get("group"),),
     host=_host,
 )

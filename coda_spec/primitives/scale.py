@@ -13,6 +13,7 @@ scheduled scale), read a device scalar: `{load_scalar: alpha}` then `{mul: [acc,
 
 from coda_spec import dims
 from coda_spec.errors import ItemError
+from coda_spec.primitives._ranges import ranged
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     VALUE_REF,
@@ -63,23 +64,25 @@ def _host(hc, op):
     hc.let(op.results[0], [f"{lane} * {by!r}" for lane in x.lanes])
 
 
-PRIMITIVE = Primitive(
-    name="scale",
-    family=ELEMENTWISE,
-    summary="Multiply a value by a constant `by`: a number or an expression of static dims "
-    "(compiled into the kernel).",
-    example='- {scale: scores, by: "1/sqrt(head_dim)", as: y}',
-    schema=item_schema(
-        "scale",
-        VALUE_REF,
-        {"by": {"anyOf": [{"type": "number"}, BY_DIMS]}},
-        required=("by",),
-    ),
-    operands=("scale",),
-    infer=_infer,
-    reference=lambda rt, op, ins, tensors: (ins["scale"] * rt.constant(op.get("by")),),
-    mutants=lambda op: (op.with_arg("by", _moved(op.get("by"))),),
-    bakes=lambda op: () if isinstance(op.get("by"), (int, float)) else (op.get("by"),),
-    lower=_lower,
-    host=_host,
+PRIMITIVE = ranged(
+    Primitive(
+        name="scale",
+        family=ELEMENTWISE,
+        summary="Multiply a value by a constant `by`: a number or an expression of static dims "
+        "(compiled into the kernel).",
+        example='- {scale: scores, by: "1/sqrt(head_dim)", as: y}',
+        schema=item_schema(
+            "scale",
+            VALUE_REF,
+            {"by": {"anyOf": [{"type": "number"}, BY_DIMS]}},
+            required=("by",),
+        ),
+        operands=("scale",),
+        infer=_infer,
+        reference=lambda rt, op, ins, tensors: (ins["scale"] * rt.constant(op.get("by")),),
+        mutants=lambda op: (op.with_arg("by", _moved(op.get("by"))),),
+        bakes=lambda op, where: () if isinstance(op.get("by"), (int, float)) else (op.get("by"),),
+        lower=_lower,
+        host=_host,
+    )
 )

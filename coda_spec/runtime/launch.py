@@ -94,6 +94,27 @@ def turns_table(freqs: torch.Tensor) -> torch.Tensor:
     return torch.stack([hi, lo], dim=-1).reshape(1, -1)
 
 
+def row_table(x: torch.Tensor, transform: str, width: int) -> torch.Tensor:
+    """A row vector field's (1, ``width``) buffer from the chain tensor ``x`` by ``transform``, a
+    ``+``-joined pipeline of ``repeat`` (a per-head vector repeated end to end to the field's
+    values: ``width``, or ``width / 2`` pairs before ``turns_table``) and ``turns_table``."""
+    steps = transform.split("+")
+    unknown = [s for s in steps if s not in ("repeat", "turns_table")]
+    if unknown:
+        raise CodaRuntimeError(f"unknown row transform '{unknown[0]}' in the manifest")
+    if "repeat" in steps:
+        want = width // 2 if "turns_table" in steps else width
+        x = x.reshape(-1)
+        if x.numel() == 0 or want % x.numel():
+            raise CodaRuntimeError(
+                f"a repeated row vector of {x.numel()} values cannot fill {want} columns"
+            )
+        x = x.float().repeat(want // x.numel())
+    if "turns_table" in steps:
+        return turns_table(x)
+    return x.reshape(1, -1)
+
+
 def column_table(n: int, device, what: str = "N") -> torch.Tensor:
     """The column table of a GEMM over ``n`` columns: fp32 0, 1, ..., n - 1 as (1, n), which a
     kernel reads as a ``RowVecLoad`` to know each element's global column (``onehot``,
@@ -163,7 +184,7 @@ class Launcher:
         self._module = None
         self._fns: dict = {}  # symbol -> exported function, resolved at its first launch
         self._gpus: dict = {}  # device -> SM count, once the GPU is checked (sm_90)
-        self._tables: dict = {}  # id(freqs) -> (weak reference, its version, turns table)
+        self._tables: dict = {}  # (id(x), transform, width) -> (weak ref, its version, table)
         self._columns: dict = {}  # (N, device) -> column table; ("rows", M, device) -> row table
         self.cubins = {  # step -> (cubin, aligned cubin or None)
             s.name: (
@@ -300,10 +321,14 @@ class Launcher:
             return env[t].view(torch.uint8) if f.transform == "as_uint8" else env[t]
         if role == "row":
             x = env[t]
-            if f.transform == "turns_table":
-                return self.turns(x) if self._keeps(call) else turns_table(x)
-            x = x.reshape(1, -1)
-            return x.float() if f.transform == "to_fp32" else x
+            if f.transform == "to_fp32":
+                return x.reshape(1, -1).float()
+            if f.transform:
+                width = plan.field_shape(f, call.sizes)[1]
+                if self._keeps(call):
+                    return self.table(x, f.transform, width)
+                return row_table(x, f.transform, width)
+            return x.reshape(1, -1)
         if role == "columns":  # no chain tensor: the table of this call's GEMM N
             n = plan.field_shape(f, call.sizes)[1]
             return self.columns(n, call.device, keep=self._keeps(call))
@@ -358,17 +383,23 @@ class Launcher:
         return table
 
     def turns(self, freqs: torch.Tensor) -> torch.Tensor:
-        """RoPE's turns table of a frequency tensor, computed once per tensor and contents: kept
-        while that tensor object lives (a weak reference, never its address: a freed tensor's
-        memory is reused by the next one), recomputed when its version counter moves."""
-        seen = self._tables.get(id(freqs))
-        if seen is not None and seen[0]() is freqs and seen[1] == freqs._version:
+        """RoPE's turns table of a frequency tensor (:meth:`table`)."""
+        return self.table(freqs, "turns_table", 2 * freqs.numel())
+
+    def table(self, x: torch.Tensor, transform: str, width: int) -> torch.Tensor:
+        """A row field's derived table (:func:`row_table`: RoPE's turns table, a repeated
+        per-head vector), computed once per tensor, transform and width: kept while that tensor
+        object lives (a weak reference, never its address: a freed tensor's memory is reused by
+        the next one), recomputed when its version counter moves."""
+        key = (id(x), transform, width)
+        seen = self._tables.get(key)
+        if seen is not None and seen[0]() is x and seen[1] == x._version:
             return seen[2]
-        table = turns_table(freqs)
+        table = row_table(x, transform, width)
         if len(self._tables) >= TABLES_KEPT:  # forget the tables of tensors that are gone
-            for key in [k for k, v in self._tables.items() if v[0]() is None]:
-                del self._tables[key]
-        self._tables[id(freqs)] = (weakref.ref(freqs), freqs._version, table)
+            for k in [k for k, v in self._tables.items() if v[0]() is None]:
+                del self._tables[k]
+        self._tables[key] = (weakref.ref(x), x._version, table)
         return table
 
     # -- compiled steps (host, finalize) -----------------------------------------------------
