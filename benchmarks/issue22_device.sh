@@ -7,14 +7,23 @@
 #   PHASE=verify bash benchmarks/issue22_device.sh  # coda verify of the issue's specs, the
 #       tutorial's chain and every primitive's conformance build; the GPU tests of those
 #   PHASE=bench bash benchmarks/issue22_device.sh   # coda bench (vs torch eager and compile) of
-#       the issue's specs and the tutorial's chain; the tutorial's training loop, 20 steps
-# ISSUE22_SPECS below names the issue's specs (one home: this file). Logs go to
+#       the issue's specs and the tutorial's chain; the tutorial's training loop, 200 steps,
+#       beside plain PyTorch
+# ISSUE22_SPECS, GPU_TESTS and BENCH_SPECS below name what runs (one home: this file; EXTRA_*
+# add to them). Logs go to
 # /tmp/coda-issue22/i22/, packed after every part into $OUT/i22-$PHASE.tar.gz; the parts stop
 # by BUDGET_S (default 570 s) after the start, so a call's limit keeps what ran.
 set -o pipefail
 source .device/setup.sh
-ISSUE22_SPECS="tests/specs_extra/gqa_qknorm_rope.yaml tests/specs_extra/fp8_out_amax.yaml"
-ISSUE22_SPECS="$ISSUE22_SPECS tests/specs_extra/dropout_residual.yaml ${EXTRA_SPECS:-}"
+x=tests/specs_extra
+ISSUE22_SPECS="$x/gqa_qknorm_rope.yaml $x/fp8_out_amax.yaml $x/dropout_residual.yaml"
+ISSUE22_SPECS="$ISSUE22_SPECS $x/fp8_out_amax_host.yaml $x/masked_residual.yaml"
+ISSUE22_SPECS="$ISSUE22_SPECS $x/philox_exact.yaml $x/scale_dims.yaml specs/f7_qk_norm_rope.yaml"
+ISSUE22_SPECS="$ISSUE22_SPECS ${EXTRA_SPECS:-}"
+GPU_TESTS="tests/gpu/test_fp8_gpu.py tests/gpu/test_philox_gpu.py tests/gpu/test_head_ranges_gpu.py"
+GPU_TESTS="$GPU_TESTS ${EXTRA_GPU_TESTS:-}"
+BENCH_SPECS="$x/gqa_qknorm_rope.yaml $x/fp8_out_amax.yaml $x/dropout_residual.yaml"
+BENCH_SPECS="$BENCH_SPECS examples/tutorial/relu2_mlp.yaml ${EXTRA_BENCH:-}"
 out=/tmp/coda-issue22/i22
 mkdir -p "$out"
 end=$(( $(date +%s) + ${BUDGET_S:-570} ))
@@ -22,28 +31,25 @@ left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
   local r=$(( end - $(date +%s) ))
   r=$(( r > $1 ? $1 : r )); echo $(( r < 1 ? 1 : r ))
 }
-coda() { python3 -m coda_spec.cli "$@"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 date -u > "$out/date-$PHASE.txt"
 pack() { tar -czf "${OUT:-/tmp/coda-issue22}/i22-$PHASE.tar.gz" -C "$out" .; }
 case "$PHASE" in
 verify)
-  timeout "$(left 200)" coda verify examples/tutorial/relu2_mlp.yaml $ISSUE22_SPECS \
+  timeout "$(left 200)" python3 -m coda_spec.cli verify examples/tutorial/relu2_mlp.yaml $ISSUE22_SPECS \
     --seed 20261202 2>&1 | tee "$out/verify-issue22.log"; pack
-  timeout "$(left 120)" python3 -m pytest -q -p no:cacheprovider -m gpu \
-    tests/gpu/test_primitive_conformance_gpu.py 2>&1 | tail -40 | tee "$out/gpu-conformance.log"
+  timeout "$(left 150)" python3 -m pytest -q -p no:cacheprovider -m gpu -rfE \
+    tests/gpu/test_primitive_conformance_gpu.py 2>&1 | tail -60 | tee "$out/gpu-conformance.log"
   pack
-  for t in ${GPU_TESTS:-}; do
-    timeout "$(left 120)" python3 -m pytest -q -p no:cacheprovider -m gpu "$t" 2>&1 | tail -30 \
-      | tee -a "$out/gpu-tests.log"
-  done; pack
+  timeout "$(left 150)" python3 -m pytest -q -p no:cacheprovider -m gpu -rfE $GPU_TESTS 2>&1 \
+    | tail -60 | tee "$out/gpu-tests.log"; pack
   ;;
 bench)
-  timeout "$(left 330)" coda bench examples/tutorial/relu2_mlp.yaml $ISSUE22_SPECS --m 16384 \
+  timeout "$(left 330)" python3 -m coda_spec.cli bench $BENCH_SPECS --m 16384 \
     --baselines eager,compile --rounds 20 --out "$out/bench" 2>&1 | grep -v DEBUG \
     | tee "$out/bench.log"; pack
   timeout "$(left 120)" python3 examples/tutorial/train_relu2.py --build build/relu2_mlp-latest \
-    --steps 20 2>&1 | tee "$out/train.log"; pack
+    --steps 200 --torch 2>&1 | tee "$out/train.log"; pack
   ;;
 *) echo "PHASE must be verify or bench" >&2; exit 2 ;;
 esac

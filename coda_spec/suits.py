@@ -41,19 +41,27 @@ def refusal(checked):
 def baked_change(built, case) -> str | None:
     """Why ``built``'s compiled code cannot run at ``case``'s dims, or None: the first constant
     an item compiled in from the dims (``Primitive.bakes``: a per-head group width, a ``scale``
-    over dims) whose value ``case`` (the same spec re-analysed at other dims) changes. Shapes
-    are expressions the runtime evaluates per call; these are not, so a build at other dims
-    would silently compute with the old value."""
+    over dims; ``Primitive.bakes_width``: the kernel's GEMM N, as philox's counter stride)
+    whose value ``case`` (the same spec re-analysed at other dims) changes. Shapes are
+    expressions the runtime evaluates per call; these are not, so a build at other dims would
+    silently compute with the old value."""
     prims = primitives.registry()
     old = {d.name: d.size for d in built.spec.dims}
     new = {d.name: d.size for d in case.spec.dims}
-    for step in built.spec.all_steps():
+    pairs = zip(built.analysis.step_infos(), case.analysis.step_infos(), strict=True)
+    for (step, info), (_, now_info) in pairs:
         for op in getattr(step, "epilogue", None) or getattr(step, "body", None) or ():
-            for expr in prims[op.prim].bakes(op, step.kind):
+            p = prims[op.prim]
+            for expr in p.bakes(op, step.kind):
                 was, now = dims.constant(str(expr), old), dims.constant(str(expr), new)
                 if was != now:
                     return (
                         f"{step.kind} '{step.name}' compiled {op.prim}'s {expr} in as {was:g}; at "
                         f"these dims it is {now:g}"
                     )
+            if p.bakes_width and step.kind == "kernel" and info.width != now_info.width:
+                return (
+                    f"kernel '{step.name}' compiled {op.prim} for its width {info.width}; at these "
+                    f"dims it is {now_info.width}"
+                )
     return None

@@ -5,7 +5,8 @@
 * Validation: an unknown dim (with its did-you-mean), the dynamic dim, and text that is no
   expression are each one located error at ``by``.
 * Lowering: the folded value is a literal in the CuTe and the Triton text.
-* A build cannot run at dims that change a constant it compiled in (``suits.baked_change``):
+* A build cannot run at dims that change a constant it compiled in (``suits.baked_change``,
+  philox's width too):
   ``coda_spec.op(..., dims=...)`` refuses, naming the constant and the rebuild; a per-head
   ``group`` is baked the same way, and dims that leave a constant alone still re-size.
 """
@@ -100,3 +101,12 @@ def test_the_op_refuses_to_run_a_build_at_dims_that_change_a_constant(tmp_path, 
     with pytest.raises(CodaRuntimeError, match=r"compiled scale's 1/sqrt\(HD\) in as 0.125"):
         ops.op(build, dims={"HD": 128})
     assert ops.op(build, dims={"D": 512}).chain.manifest.dims["D"] == 512
+
+
+def test_philox_bakes_its_kernels_width():
+    """philox's counter stride is the kernel's N, a literal in the epilogue: another D (the
+    GEMM N of the dropout kernel) is refused, another F (a later kernel's) is not."""
+    checked = check_file(ROOT / "tests" / "specs_extra" / "dropout_residual.yaml")
+    why = suits.baked_change(checked, with_dims(checked, {"D": 232}))
+    assert why == "kernel 'proj_dropout' compiled philox for its width 256; at these dims it is 232"
+    assert suits.baked_change(checked, with_dims(checked, {"F": 1024})) is None

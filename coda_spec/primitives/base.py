@@ -98,6 +98,7 @@ class Primitive:
     # as constants (a group width, a scale over dims, a kernel's column range): a build cannot
     # run at dims that change one (suits.baked_change)
     bakes: Callable = field(default=lambda op, where: ())
+    bakes_width: bool = False  # its GEMM-epilogue code holds the kernel's width (N) as a constant
     lower: Callable | None = None  # (LowerCtx, Op) -> None: emits kernel source (lower/emit.py)
     prepass: bool = False  # its lower may be re-emitted in a prepass fn (loads; lower_api.py)
     # (Op) -> the values a per-(row, group) statistic of this item folds in the kernel's prepass

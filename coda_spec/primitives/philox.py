@@ -15,8 +15,10 @@ numbers (dropout's mask is never saved):
 
 Its operand names the tile whose positions it numbers; it must be as wide as the step (``acc``
 in a kernel). In a GEMM epilogue the row and column come from the kernel's row and column tables
-(fp32, exact below 2^24) and N is a compile-time constant; the rounds are unsigned 32-bit
-``mul.lo`` / ``mul.hi`` (``cute.arch.mul_hi``) and xors in ``kernel_lib.philox_uniform``. It
+(fp32, exact below 2^24) and N is a compile-time constant (so the build does not re-size to
+another N: ``suits.baked_change``; verify's ragged case is skipped, noted); the rounds are
+unsigned 32-bit ``mul.lo`` / ``mul.hi`` (``cute.arch.mul_hi``) and xors in
+``kernel_lib.philox_uniform``. It
 lowers in plain kernels only (not acc_pair / packed_pair, not inside a prepass statistic's input).
 The reference computes the same words in int64 torch arithmetic masked to 32 bits, so ``coda
 check --math`` and ``coda verify`` compare the numbers exactly. The math language's
@@ -138,6 +140,7 @@ PRIMITIVE = Primitive(
     infer=_infer,
     reference=_reference,
     mutants=lambda op: (op.with_arg("seed", op.get("offset")).with_arg("offset", op.get("seed")),),
+    bakes_width=True,  # the counter's row stride W is a literal in the epilogue
     lower=_lower,
     no_mode={"acc_pair": _PLAIN_ONLY, "packed_pair": _PLAIN_ONLY},
     host=_host,
