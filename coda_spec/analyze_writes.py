@@ -19,7 +19,9 @@ from coda_spec.primitives.base import FP8_DTYPES
 
 
 def _words(names) -> str:
-    return " and ".join(names)
+    """``a``, ``a and b``, ``a, b and c``."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def finalize_step(w, step, scope, quiet):
