@@ -90,7 +90,7 @@ def test_over_on_the_wrong_axis_is_located():
     [(line, col, msg, hint)] = _errors(
         _amax("  - {finalize: max, of: amax_part, over: cols, as: amax}")
     )
-    assert (line, col) == (31, 42)
+    assert (line, col) == (29, 42)
     assert msg == "over: cols folds a reduce_col partial; 'amax_part' is a reduce_row partial"
     assert hint == "use over: rows"
 
