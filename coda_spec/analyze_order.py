@@ -34,7 +34,7 @@ def productions(step, prims) -> list[tuple[str, tuple]]:
 
 def consumptions(step, prims) -> list[str]:
     if step.kind == "finalize":
-        return [step.of]
+        return list(step.partials())
     names = [step.gemm.a.name, step.gemm.b.name] if step.kind == "kernel" else [step.over]
     for op in step.epilogue if step.kind == "kernel" else step.body:
         names += [op.get(k) for k in prims[op.prim].tensors if op.get(k) is not None]

@@ -14,12 +14,14 @@ from coda_spec.analyze_types import StepInfo, TensorInfo
 from coda_spec.dims import DimError, fold, show
 from coda_spec.errors import Diagnostic, closest
 from coda_spec.expr import ExprError, free_names, parse
-from coda_spec.finalize import NEEDS_EPS, NEEDS_N, finalize_op, ops_folding
+from coda_spec.finalize import NEEDS_EPS, NEEDS_N, OVER, SECONDS, finalize_op, ops_folding
 from coda_spec.primitives.base import FP8_DTYPES
 
 
 def _words(names) -> str:
-    return " and ".join(names)
+    """``a``, ``a and b``, ``a, b and c``."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def finalize_step(w, step, scope, quiet):
@@ -56,7 +58,10 @@ def finalize_step(w, step, scope, quiet):
             fold(step.n, w.sizes)
         except DimError as e:
             w.err(path + ("n",), str(e), e.hint)
+    reads = (step.of,) + _second_partial(w, step, row, info, scope, quiet)
     shape = info.shape
+    if step.over is not None:
+        shape = _over(w, step, info)
     want = w.outputs.get(step.result)
     if want and want != "fp32":  # the outputs entry is what is wrong: point at its dtype
         w.err(
@@ -70,7 +75,75 @@ def finalize_step(w, step, scope, quiet):
     if step.result not in scope:
         w.produced.append(out)
         scope[step.result] = out
-    return StepInfo(step.name, "finalize", (step.of,), (step.result,), rows)
+    return StepInfo(step.name, "finalize", reads, (step.result,), rows)
+
+
+def _second_partial(w, step, row, info, scope, quiet) -> tuple:
+    """An op's second partial (var's ``sumsq:``): of its kind, from the step that wrote ``of``
+    with the same layout (one variant, one tile count); () when the op takes none."""
+    path, key = step.loc.path, row.second
+    if not key:
+        if step.second is not None:
+            used = next(k for k in SECONDS if k)
+            w.err(path + (used,), f"{used} applies to var only, not '{step.op}'")
+        return ()
+    if step.second is None:
+        w.err(
+            path,
+            f"{step.op} needs {key}: the {key} partial beside '{step.of}'",
+            f"reduce the same value with reduce_row: {key} in the step that wrote '{step.of}', "
+            f"then {key}: <its name>",
+        )
+        return ()
+    other = w.tensor(step.second, scope, path + (key,), quiet)
+    if other is None:
+        return ()
+    if other.origin != "partial":
+        w.err(path + (key,), f"'{step.second}' is not a reduction partial", f"a {key} partial")
+        return ()
+    w.finalized.add(step.second)
+    if other.partial[1] != key:
+        w.err(path + (key,), f"'{step.second}' is a {other.partial[1]} partial, not {key}")
+    elif other.producer != info.producer or _layout(other) != _layout(info):
+        w.err(
+            path + (key,),
+            f"'{step.second}' (step '{other.producer}') and '{step.of}' (step "
+            f"'{info.producer}') are not partials of one reduction layout",
+            "reduce both in one step, with the same reduce_row/reduce_col and group",
+        )
+    return (step.second,)
+
+
+def _over(w, step, info) -> tuple:
+    """The shape of a finalize ``over`` the partial's other axis: () (a per-tensor scalar)."""
+    kind, group, path = info.partial[0], info.partial[3], step.loc.path + ("over",)
+    want = OVER.get(kind)
+    if want is None:
+        w.err(path, f"'{step.of}' cannot be folded over {step.over}")
+    elif step.over != want:
+        other = next(k for k, v in OVER.items() if v == step.over)
+        w.err(
+            path,
+            f"over: {step.over} folds a {_reduction(other)} partial; '{step.of}' is a "
+            f"{_reduction(kind)} partial",
+            f"use over: {want}",
+        )
+    elif group is not None:
+        w.err(
+            path,
+            f"'{step.of}' is grouped (group: {group}); over folds a plain partial only",
+            "drop group from its reduce_row, or the over here",
+        )
+    return ()
+
+
+def _layout(info) -> tuple:
+    kind, _, width, group, rows = info.partial
+    return kind, width, group, rows
+
+
+def _reduction(kind: str) -> str:
+    return {"rowpart": "reduce_row", "colpart": "reduce_col"}.get(kind, kind)
 
 
 def _finalize_typo(w, step, scope, quiet) -> bool:

@@ -441,9 +441,11 @@ class FinalizeStep:
     eps: float | None
     launch: Launch | None
     folded_into: str | None
+    over: str | None = None  # rows | cols: folded to one [] scalar
+    second: str | None = None  # an op's second partial (var's sumsq)
 
     def tensors_read(self) -> list[str]:
-        return [self.of]
+        return [self.of] + ([self.second] if self.second else [])
 
     def tensors_written(self) -> list[str]:
         return [self.result]
@@ -461,6 +463,8 @@ class FinalizeStep:
             d["eps"],
             launch,
             d.get("folded_into"),
+            d.get("over"),
+            d.get("second"),
         )
 
 

@@ -256,7 +256,7 @@ def depends_on(spec) -> dict:
     for section, steps in spec.sections():
         for si, step in enumerate(steps):
             if step.kind == "finalize":
-                env[step.result] = set(env.get(step.of, ()))
+                env[step.result] = set().union(*(env.get(p, set()) for p in step.partials()))
                 continue
             vals: dict = {}
             if step.kind == "kernel":

@@ -177,6 +177,12 @@ def mutants(checked):
                     f"{section}[{si}] finalize eps x10",
                     _with_step(spec, section, si, replace(step, eps=step.eps * 10)),
                 )
+            if step.kind == "finalize" and step.second is not None:  # var: drop the centring
+                uncentred = replace(step, op="mean", of=step.second, second=None)
+                yield (
+                    f"{section}[{si}] finalize {step.op} -> mean of {step.second}",
+                    _with_step(spec, section, si, uncentred),
+                )
 
 
 def _with_step(spec, section, index, step):

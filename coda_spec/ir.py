@@ -107,13 +107,19 @@ class Host:
 
 @dataclass(frozen=True)
 class Finalize:
-    op: str  # sum | mean | rsqrt_mean | logsumexp | max
+    op: str  # an op of coda_spec.finalize.TABLE: sum | mean | rsqrt_mean | logsumexp | max | var
     of: str  # the partial-reduction name
     result: str
     n: int | str | None = None
     eps: float | None = None
     loc: Loc = field(default=None, compare=False)
     kind: str = "finalize"
+    over: str | None = None  # rows | cols: also fold the other axis, to one [] scalar
+    second: str | None = None  # an op's second partial (var: its ``sumsq:``)
+
+    def partials(self) -> tuple:
+        """The partials it reads: ``of``, then the second (var's sumsq) if any."""
+        return (self.of,) if self.second is None else (self.of, self.second)
 
     @property
     def name(self) -> str:

@@ -29,7 +29,7 @@ from coda_spec.artifact import FORMAT_VERSION, with_exprs
 from coda_spec.config import config_text
 from coda_spec.dims import exprs
 from coda_spec.errors import ToolError
-from coda_spec.finalize import partial_fold
+from coda_spec.finalize import default_n, partial_fold
 from coda_spec.versions import tool_versions
 
 # Where lowered.json holds shapes (the compile worker evaluates them at its sizes).
@@ -150,8 +150,8 @@ def finalize_data(step, analysis) -> dict:
     or the spec's text here, its expression in the written manifest)."""
     part = analysis.tensor(step.of).partial
     kind, _, width, group, rows = part
-    n = step.n if step.n is not None else (group or width if kind == "rowpart" else rows)
-    return {
+    n = step.n if step.n is not None else default_n(kind, width, group, rows, step.over)
+    data = {
         "kind": "finalize",
         "name": step.name,
         "op": step.op,
@@ -161,6 +161,11 @@ def finalize_data(step, analysis) -> dict:
         "eps": step.eps,
         "line": step.loc.line,
     }
+    if step.over is not None:  # written only when set: older manifests read unchanged
+        data["over"] = step.over
+    if step.second is not None:
+        data["second"] = step.second
+    return data
 
 
 def _acc_only(step) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from coda_spec.finalize import SECONDS as FINALIZE_SECONDS
 from coda_spec.ir import (
     Backward,
     Dim,
@@ -70,8 +71,18 @@ def _steps(src: Source, base: tuple, steps: list, prims) -> tuple:
             ops = tuple(_op(src, path + ("body", j), it, prims) for j, it in enumerate(s["body"]))
             out.append(Host(s["host"], s["over"], ops, s.get("doc", ""), _loc(src, path)))
         else:
+            second = next((s[k] for k in FINALIZE_SECONDS if k in s), None)
             out.append(
-                Finalize(s["finalize"], s["of"], s["as"], s.get("n"), s.get("eps"), _loc(src, path))
+                Finalize(
+                    s["finalize"],
+                    s["of"],
+                    s["as"],
+                    s.get("n"),
+                    s.get("eps"),
+                    _loc(src, path),
+                    over=s.get("over"),
+                    second=second,
+                )
             )
     return tuple(out)
 

@@ -26,6 +26,7 @@ import torch
 
 from coda_spec import dims as dimmod
 from coda_spec.dtypes import TORCH_DTYPES, round_to
+from coda_spec.finalize import default_n
 from coda_spec.finalize import fold as finalize_fold
 from coda_spec.primitives import registry
 
@@ -132,10 +133,13 @@ def _run_step(rt_args, step, env, perturb=None, hook=None):
     if step.kind == "finalize":
         info = analysis.tensor(step.of)
         kind, _, width, group, rows = info.partial
-        default = group or width if kind == "rowpart" else rows
+        default = default_n(kind, width, group, rows, step.over)
         n = dimmod.evaluate(step.n if step.n is not None else default, sizes)
         rt = RefCtx(precision, sizes, analysis)
-        env[step.result] = finalize_fold(rt, step.op, env[step.of], n, step.eps, kind)
+        second = env[step.second] if step.second is not None else None
+        env[step.result] = finalize_fold(
+            rt, step.op, env[step.of], n, step.eps, kind, second=second, over=bool(step.over)
+        )
         if perturb is True:
             env[step.result] = _nudge(env[step.result])
         return

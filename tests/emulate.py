@@ -34,20 +34,35 @@ def _fold(buf: torch.Tensor, fold: str, axis: int) -> torch.Tensor:
     return torch.logsumexp(buf, dim=axis)
 
 
-def fold_partials(role: str, fold, buf: torch.Tensor, op: str, n: int, eps) -> torch.Tensor:
-    """A finalize in torch: ``buf`` (the partial, as ``role`` lays it out) folded with ``fold``,
-    then ``op`` (``mean``: / n, 0 over nothing; ``rsqrt_mean``: 1 / sqrt(mean + eps))."""
-    if role == "exact":  # a host step's reduction: already complete
-        x = buf.reshape(-1) if 1 in buf.shape else buf
-    elif role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
-        x = buf.reshape(-1) if buf.shape[1] == 1 else buf
-    else:  # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles
-        x = _fold(buf, fold, 1 if role == "colred" else 0)
+def fold_partials(
+    role: str, fold, buf: torch.Tensor, op: str, n: int, eps, *, second=None, over=False
+) -> torch.Tensor:
+    """A finalize in torch: ``buf`` (the partial, as ``role`` lays it out) folded with ``fold``
+    (``over``: every entry, to one [] scalar), then ``op`` (``mean``: / n, 0 over nothing;
+    ``rsqrt_mean``: 1 / sqrt(mean + eps); ``var``: max(mean(second) - mean^2, 0), ``second``
+    the sumsq partial laid out as ``buf``)."""
+    if over and fold is None:  # a host step's complete partial: the op says how it folds
+        fold = {"max": "max", "logsumexp": "logsumexp"}.get(op, "sum")
+    x = _folded(role, fold, buf, over)
     if op == "mean":
         return mean_of(x, n)
     if op == "rsqrt_mean":
         return torch.rsqrt(mean_of(x, n) + eps)
+    if op == "var":
+        mu, m2 = mean_of(x, n), mean_of(_folded(role, fold, second, over), n)
+        return torch.clamp_min(m2 - mu * mu, 0.0)
     return x
+
+
+def _folded(role: str, fold, buf: torch.Tensor, over: bool) -> torch.Tensor:
+    if over:  # every entry (tiles and rows): sum, or max/logsumexp (the identity over nothing)
+        return _fold(buf.reshape(-1), fold, 0)
+    if role == "exact":  # a host step's reduction: already complete
+        return buf.reshape(-1) if 1 in buf.shape else buf
+    if role == "group_out":  # (M, N/group) per-(row, group) statistics: already complete
+        return buf.reshape(-1) if buf.shape[1] == 1 else buf
+    # colred (M, n_tiles) folds along N-tiles; rowred (m_tiles, N) along M-tiles
+    return _fold(buf, fold, 1 if role == "colred" else 0)
 
 
 def _dense(x: torch.Tensor) -> torch.Tensor:
@@ -112,8 +127,10 @@ def finalize(chain, step, call) -> None:
             if f.tensor == step.of:
                 role, fold = f.role, f.fold
     n = evaluator(step.n)(call.sizes) if step.n is not None else None
-    buf = call.env[step.of]
-    call.env[step.result] = fold_partials(role, fold, buf, step.op, n, step.eps)
+    buf, second = call.env[step.of], call.env.get(step.second) if step.second else None
+    call.env[step.result] = fold_partials(
+        role, fold, buf, step.op, n, step.eps, second=second, over=step.over is not None
+    )
 
 
 def emulate_compiled(monkeypatch) -> None:

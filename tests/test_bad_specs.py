@@ -180,7 +180,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "red_finalize_incompatible": [(14, 16, "'max' cannot fold 'sumsq' partials; use sum or mean")],
     "red_rsqrt_mean_no_eps": [(14, 5, "rsqrt_mean needs eps")],
     "red_eps_and_n_misplaced": [
-        (14, 36, "n applies to mean and rsqrt_mean only"),
+        (14, 36, "n applies to mean, rsqrt_mean and var only"),
         (14, 44, "eps applies to rsqrt_mean only, not 'sum'"),
     ],
     "red_finalize_not_partial": [(13, 32, "'x1' is not a reduction partial")],

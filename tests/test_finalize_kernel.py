@@ -79,7 +79,9 @@ BUFFERS = {
 
 
 def _ops(role: str, fold):
-    return FOLD_OPS[fold] if fold else ("sum", "mean", "rsqrt_mean", "max", "logsumexp")
+    """The one-partial ops (var, which reads two, has its own cases below)."""
+    ops = FOLD_OPS[fold] if fold else ("sum", "mean", "rsqrt_mean", "max", "logsumexp")
+    return tuple(op for op in ops if op != "var")
 
 
 def _step(op: str, n, name: str = "finalize_y", line: int = 7) -> dict:
@@ -90,7 +92,7 @@ def _step(op: str, n, name: str = "finalize_y", line: int = 7) -> dict:
         "op": op,
         "of": "y_part",
         "result": "y",
-        "n": n if op in ("mean", "rsqrt_mean") else 4096,
+        "n": n if op in ("mean", "rsqrt_mean", "var") else 4096,
         "eps": 1e-6 if op == "rsqrt_mean" else None,
         "line": line,
     }
@@ -142,6 +144,40 @@ def _synthetic_cases() -> dict:
             "spec_file": SPEC_FILE,
             "nan": True,
         }
+    # over: every entry to one [] scalar (one program, any rows, M = 0 included); var: two
+    # partials (sum, sumsq) folded side by side, with and without over
+    for role, fold, op, over in (
+        ("colred", "max", "max", "rows"),
+        ("colred", "sum", "sum", "rows"),
+        ("colred", "sum", "mean", "rows"),
+        ("colred", "logsumexp", "logsumexp", "rows"),
+        ("rowred", "sum", "rsqrt_mean", "cols"),
+        ("rowred", "max", "max", "cols"),
+        ("exact", None, "max", "rows"),
+        ("colred", "sum", "var", None),
+        ("colred", "sum", "var", "rows"),
+        ("rowred", "sum", "var", None),
+        ("exact", None, "var", None),
+    ):
+        for shape, buf, m, why in BUFFERS[role][:4]:
+            step = _step(op, "M" if op in ("mean", "var") and not over else 4096)
+            step["n"] = step["n"] if op in ("mean", "rsqrt_mean", "var") else 4096
+            if over:
+                step["over"] = over
+            if op == "var":
+                step["second"] = "y2_part"
+            cid = f"{role}-{fold or 'complete'}-{op}-{why}" + (f"-over-{over}" if over else "")
+            cases[cid] = {
+                "step": step,
+                "role": role,
+                "fold": fold,
+                "shape": shape,
+                "dims": DIMS,
+                "sizes": {"M": m, "D": 4096},
+                "buffer": buf,
+                "spec_file": SPEC_FILE,
+                "nan": why == "ragged-rows" and op == "max",
+            }
     return cases
 
 
@@ -240,7 +276,17 @@ def _oracle(case: dict, buf, torch):
     role, step = case["role"], case["step"]
     n = step["n"]
     n = eval_shape([n], case["sizes"])[0] if isinstance(n, str) else n
-    return fold_partials(role, case["fold"], buf, step["op"], n, step["eps"])
+    second = buf.abs() + buf * buf if step.get("second") else None  # var: sumsq >= sum^2 / n
+    return fold_partials(
+        role,
+        case["fold"],
+        buf,
+        step["op"],
+        n,
+        step["eps"],
+        second=second,
+        over=bool(step.get("over")),
+    )
 
 
 def _launch(kernel, fn, env: dict, sizes: dict, torch) -> None:
@@ -256,7 +302,10 @@ def _launch(kernel, fn, env: dict, sizes: dict, torch) -> None:
         else:
             t, axis = a["extent"]
             args.append(env[t].shape[axis])
-    grid = tuple(-(-env[g["extent"][0]].shape[g["extent"][1]] // g["block"]) for g in kernel.grid)
+    grid = tuple(
+        g if isinstance(g, int) else -(-env[g["extent"][0]].shape[g["extent"][1]] // g["block"])
+        for g in kernel.grid
+    )
     if 0 in grid:  # launch.Cubin.launch: an empty grid launches nothing
         assert all(env[o["tensor"]].numel() == 0 for o in kernel.outputs), "grid 0, output not"
         return
@@ -274,6 +323,8 @@ def _run_case(case: dict, workdir: Path) -> None:
     fn = _import_source(path, kernel.entry)
     buf = _partial(case, torch)
     env = {case["step"]["of"]: buf}
+    if case["step"].get("second"):  # var's sumsq partial, as the oracle makes it
+        env[case["step"]["second"]] = buf.abs() + buf * buf
     _launch(kernel, fn, env, case["sizes"], torch)
     got, want = env[case["step"]["result"]], _oracle(case, buf, torch)
     assert got.shape == want.shape, f"shape {tuple(got.shape)} != runtime's {tuple(want.shape)}"
@@ -377,12 +428,16 @@ def test_source_banner_signature_and_contract(cid):
     sizes = case["sizes"]
     for a in k.args:  # every argument binds: a chain tensor, a dim at the call, an extent
         assert (
-            a.get("tensor") in (case["step"]["of"], case["step"]["result"])
+            a.get("tensor")
+            in (case["step"]["of"], case["step"]["result"], case["step"].get("second", "of"))
             or ("dim" in a and eval_shape([a["dim"]], sizes))
             or (a.get("extent", [None])[0] == case["step"]["of"])
         )
     (grid,) = k.grid  # cdiv of an axis of the partial at the launch: nothing static baked in
-    assert grid["extent"][0] == case["step"]["of"] and grid["block"] > 0
+    if case["step"].get("over"):  # one program, whatever the sizes (no atomics)
+        assert grid == 1
+    else:
+        assert grid["extent"][0] == case["step"]["of"] and grid["block"] > 0
     (out,) = k.outputs
     assert out["tensor"] == case["step"]["result"] and out["dtype"] == "fp32"
     eval_shape(out["shape"], sizes)
@@ -461,7 +516,7 @@ def test_every_bundled_finalize_is_covered():
         ("group_out", "sum", "rsqrt_mean"),
     } <= combos
     for role, fold, op in combos:
-        assert op in _ops(role, fold) and fold in ROLE_FOLDS[role]
+        assert (op in _ops(role, fold) or op == "var") and fold in ROLE_FOLDS[role]
 
 
 @pytest.mark.parametrize(

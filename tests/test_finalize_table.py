@@ -34,6 +34,7 @@ OVER_NOTHING = {
     "rsqrt_mean": 1 / math.sqrt(EPS),
     "max": -math.inf,
     "logsumexp": -math.inf,
+    "var": 0.0,
 }
 
 HOST = """\
@@ -58,11 +59,18 @@ outputs: {{r: fp32}}
 def _spec(kind: str, op: str, extra: str = ""):
     of = "[x, w]" if kind == "dot" else "x"
     text = HOST.format(kind=kind, of=of, op=op, extra=extra)
+    if ROWS[op].second and "part2" in extra:  # the second partial, of the same step
+        more = f"      - {{reduce_row: {ROWS[op].second}, of: x, as: part2}}\n"
+        text = text.replace("as: part}\n", "as: part}\n" + more, 1)
     return check_source(parse_text("t.yaml", text))
 
 
 def _extra(row) -> str:
-    return (" n: D," if row.needs_n else "") + (f" eps: {EPS}," if row.needs_eps else "")
+    return (
+        (" n: D," if row.needs_n else "")
+        + (f" eps: {EPS}," if row.needs_eps else "")
+        + (f" {row.second}: part2," if row.second else "")
+    )
 
 
 ROWS = {row.name: row for row in TABLE}
@@ -101,7 +109,7 @@ def test_typing_takes_n_and_eps_where_the_row_says(op):
         with pytest.raises(SpecError, match="eps applies to rsqrt_mean only"):
             _spec(kind, op, _extra(row) + f" eps: {EPS},")
     if not row.needs_n:
-        with pytest.raises(SpecError, match="n applies to mean and rsqrt_mean only"):
+        with pytest.raises(SpecError, match="n applies to mean, rsqrt_mean and var only"):
             _spec(kind, op, " n: D," + _extra(row))
 
 
@@ -114,9 +122,23 @@ def test_the_reference_folds_nothing_to_the_documented_value(op):
     for kind in row.reads:
         of = torch.zeros(0, 4)
         partial = combine(rt, kind, [of, of] if kind == "dot" else of, dim=0)  # a column [1, 4]
-        got = fold(rt, op, partial, 0, EPS if row.needs_eps else None, "colpart")
+        second = combine(rt, row.second, of, dim=0) if row.second else None
+        got = fold(rt, op, partial, 0, EPS if row.needs_eps else None, "colpart", second=second)
         want = torch.full((4,), OVER_NOTHING[op])
         assert torch.allclose(got, want), (kind, got)
+        # over every row too (a per-tensor [] statistic): the same value over nothing
+        rows = torch.zeros(0, 1)
+        got = fold(
+            rt,
+            op,
+            rows,
+            0,
+            EPS if row.needs_eps else None,
+            "rowpart",
+            over=True,
+            second=rows if row.second else None,
+        )
+        assert got.shape == () and torch.allclose(got, torch.tensor(OVER_NOTHING[op])), got
 
 
 def _literal(value: float) -> str:
@@ -135,6 +157,8 @@ def test_the_finalize_kernel_folds_and_computes_as_the_row_says(op):
         "eps": EPS if row.needs_eps else None,
         "line": 1,
     }
+    if row.second:
+        step["second"] = "part2"
     for fold_ in FOLD_OPS:
         if fold_ != row.fold:
             with pytest.raises(ValueError, match=f"'{op}' cannot fold {fold_} partials"):
@@ -142,7 +166,7 @@ def test_the_finalize_kernel_folds_and_computes_as_the_row_says(op):
             continue
         src = finalize_kernel(step, "colred", fold_, ["M", 16], spec_file="t.yaml").source
         assert f"other={_literal(row.empty)})" in src  # tiles past the end fold as nothing
-        text = row.triton.format(x="mean" if row.needs_n else "acc", eps="EPS")
+        text = row.triton.format(x="mean" if row.needs_n else "acc", x2="mean2", eps="EPS")
         if text not in ("mean", "acc"):
             assert f"y = {text}\n" in src
         assert ("EPS: tl.constexpr" in src) == row.needs_eps
@@ -155,7 +179,7 @@ def test_a_host_kernel_folds_the_finalize_with_the_rows_text(op):
     kernel = host_kernel(_spec(row.reads[0], op, _extra(row)), "h")
     assert kernel.folds == ("finalize_r",)
     x = "part / n_r.to(tl.float32)" if row.needs_n else "part"
-    value = row.triton.format(x=x, eps=repr(EPS))
+    value = row.triton.format(x=x, x2="part2 / n_r.to(tl.float32)", eps=repr(EPS))
     if value == "part":
         assert "tl.store(r_ptr + row, part)" in kernel.source
     else:

@@ -112,6 +112,11 @@ def finalize_kernel(
     row = finalize_op(op)
     if row.needs_eps and step.get("eps") is None:
         raise ValueError(f"finalize step '{name}': {op} needs eps")
+    if bool(row.second) != bool(step.get("second")):
+        what = f"needs its {row.second} partial" if row.second else "reads one partial"
+        raise ValueError(f"finalize step '{name}': {op} {what}")
+    if step.get("over") is not None and role == "group_out":
+        raise ValueError(f"finalize step '{name}': a grouped partial has no over")
     shape = list(partial_shape)
     if role != "exact" and len(shape) != 2:
         raise ValueError(f"finalize step '{name}': a {role} partial is 2-D, not {shape}")
@@ -161,6 +166,9 @@ class _Kernel:
         self.step, self.role, self.fold, self.shape, self.n = step, role, fold, shape, n
         self.row = finalize_op(step["op"])
         self.of, self.result = step["of"], step["result"]
+        self.second, self.over = step.get("second"), step.get("over")
+        if self.over and self.fold is None:  # a host step's complete partial: the op's fold
+            self.fold = self.row.fold
         self.where = f"{spec_file}:{line}"
         self.params: list[tuple[str, str, dict, str]] = []  # (param, type, arg, comment)
         self.consts: list[tuple[str, object, str]] = []  # (param, value, comment)
@@ -193,22 +201,26 @@ class _Kernel:
             self.const("EPS", float(self.step["eps"]))
 
     # -- code -------------------------------------------------------------------------------
-    def op_lines(self, total: str) -> tuple[list[str], str]:
-        """The step's op (its table row's Triton text) on the folded ``total``: (lines, value)."""
+    def op_lines(self, total: str, total2: str | None = None) -> tuple[list[str], str]:
+        """The step's op (its table row's Triton text) on the folded ``total`` (and the second
+        partial's ``total2``): (lines, value)."""
         row = self.row
         if not row.needs_n:
-            y = row.triton.format(x=total, eps="EPS")
+            y = row.triton.format(x=total, x2=total2, eps="EPS")
             return ([], total) if y == total else ([f"y = {y}"], "y")
+        pairs = [("mean", total)] + ([("mean2", total2)] if total2 is not None else [])
         if not isinstance(self.n, int):
-            lines = [
-                "# a mean over nothing (n = 0: M = 0 rows) is 0, not 0/0 (finalize.mean_of)",
-                f"mean = tl.where(n > 0, {total} / tl.maximum(n, 1).to(tl.float32), 0.0)",
+            lines = ["# a mean over nothing (n = 0: M = 0 rows) is 0, not 0/0 (finalize.mean_of)"]
+            lines += [
+                f"{m} = tl.where(n > 0, {t} / tl.maximum(n, 1).to(tl.float32), 0.0)"
+                for m, t in pairs
             ]
         elif self.n:
-            lines = [f"mean = {total} / N"]
+            lines = [f"{m} = {t} / N" for m, t in pairs]
         else:
-            lines = ["# n = 0: a mean over nothing is 0", f"mean = tl.zeros_like({total})"]
-        y = row.triton.format(x="mean", eps="EPS")
+            lines = ["# n = 0: a mean over nothing is 0"]
+            lines += [f"{m} = tl.zeros_like({t})" for m, t in pairs]
+        y = row.triton.format(x="mean", x2="mean2", eps="EPS")
         return (lines, "mean") if y == "mean" else (lines + [f"y = {y}"], "y")
 
     def fold_lines(self, axis: int, width: str, load: list[str]) -> tuple[list[str], str]:
@@ -216,10 +228,13 @@ class _Kernel:
         ``{other}`` in it is the fold's identity): (lines, the folded value)."""
         other = _literal(EMPTY_FOLD[self.fold])
         loop = ["for t0 in range(0, tiles, BLOCK_T):"]
-        loop += ["    " + ln.format(other=other) for ln in load]
+        loop += ["    " + ln.format(other=other) for ln in self.with_second(load)]
         if self.fold == "sum":
             init = [f"acc = tl.zeros([{width}], dtype=tl.float32)  # a sum over no tiles is 0"]
             loop.append(f"    acc += tl.sum(x, axis={axis})")
+            if self.second:
+                init.append(f"acc2 = tl.zeros([{width}], dtype=tl.float32)")
+                loop.append(f"    acc2 += tl.sum(x2, axis={axis})")
             return init + loop, "acc"
         if self.fold == "max":
             init = [f"acc = tl.full([{width}], {other}, tl.float32)  # max over no tiles"]
@@ -241,7 +256,22 @@ class _Kernel:
         done = ['lse = tl.log(s) + tl.where(tl.abs(m) == float("inf"), 0.0, m)']
         return init + loop + done, "lse"
 
+    def with_second(self, load: list[str]) -> list[str]:
+        """``load`` plus the same load of the second partial (``partial2`` into ``x2``), if the
+        op reads one: both partials share the layout (the check made them one step's)."""
+        if not self.second:
+            return load
+        twin = [ln.replace("x = tl.load(partial ", "x2 = tl.load(partial2 ") for ln in load]
+        twin = [ln.replace("total = tl.load(partial ", "total2 = tl.load(partial2 ") for ln in twin]
+        return load + [ln for ln in twin if ln not in load]
+
+    def totals(self, total: str) -> tuple:
+        """(total, the second partial's total or None) as op_lines takes them."""
+        return (total, total + "2" if self.second else None)
+
     def layout(self) -> str:
+        if self.over:
+            return "all"
         if self.role in FOLDED_ROLES:
             return self.role
         if len(self.shape) == 1 or 1 in self.shape:
@@ -265,7 +295,7 @@ class _Kernel:
                 "x = tl.load(partial + row[:, None] * tiles + t[None, :], mask=ok, other={other})",
             ],
         )
-        op, y = self.op_lines(total)
+        op, y = self.op_lines(*self.totals(total))
         body = [
             "row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)",
             "row_ok = row < rows",
@@ -295,7 +325,7 @@ class _Kernel:
                 "x = tl.load(partial + t[:, None] * cols + col[None, :], mask=ok, other={other})",
             ],
         )
-        op, y = self.op_lines(total)
+        op, y = self.op_lines(*self.totals(total))
         body = [
             "col = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)",
             "col_ok = col < cols",
@@ -314,11 +344,11 @@ class _Kernel:
         size = self.shape[axis]
         self.extent("size", axis)
         self.const("BLOCK", MAX_BLOCK_ROWS)
-        op, y = self.op_lines("total")
+        op, y = self.op_lines(*self.totals("total"))
         body = [
             "i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
             "ok = i < size",
-            "total = tl.load(partial + i, mask=ok, other=0.0)",
+            *self.with_second(["total = tl.load(partial + i, mask=ok, other=0.0)"]),
             *op,
             f"tl.store(result + i, {y}, mask=ok)",
         ]
@@ -336,7 +366,7 @@ class _Kernel:
         self.extent("cols", 1)
         self.const("BLOCK_R", block_r)
         self.const("BLOCK_C", block_c)
-        op, y = self.op_lines("total")
+        op, y = self.op_lines(*self.totals("total"))
         body = [
             "row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)",
             "row_ok = row < rows",
@@ -344,7 +374,10 @@ class _Kernel:
             "    col = c0 + tl.arange(0, BLOCK_C)",
             "    ok = row_ok[:, None] & (col < cols)[None, :]",
             "    at = row[:, None] * cols + col[None, :]",
-            "    total = tl.load(partial + at, mask=ok, other=0.0)",
+            *(
+                "    " + ln
+                for ln in self.with_second(["total = tl.load(partial + at, mask=ok, other=0.0)"])
+            ),
             *("    " + ln for ln in op),
             f"    tl.store(result + at, {y}, mask=ok)",
         ]
@@ -354,12 +387,72 @@ class _Kernel:
         )
         return body, [rows, cols], self.grid(0, block_r), what
 
+    def _all(self):
+        """``over``: every entry of the partial (tiles and rows, or the flat exact one) folds
+        into one [] scalar, in one program looping over the flattened buffer in a fixed order
+        (a lane-wise fold of BLOCK-wide chunks, then one reduction of the lanes): no atomics,
+        so the result is the same bit for bit at every call."""
+        self.extent("rows", 0)
+        if len(self.shape) == 2:
+            self.extent("cols", 1)
+            size = "rows.to(tl.int64) * cols"
+        else:
+            size = "rows.to(tl.int64)"
+        self.const("BLOCK", BLOCK_ELEMS)
+        other = _literal(EMPTY_FOLD[self.fold])
+        load = ["i = i0 + tl.arange(0, BLOCK)", "ok = i < size"]
+        load += self.with_second([f"x = tl.load(partial + i, mask=ok, other={other})"])
+        body = [f"size = {size}"]
+        if self.fold == "sum":
+            body += ["acc = tl.zeros([BLOCK], dtype=tl.float32)  # a sum over nothing is 0"]
+            step = ["acc += x"]
+            done = ["total = tl.sum(acc, axis=0)"]
+            if self.second:
+                body += ["acc2 = tl.zeros([BLOCK], dtype=tl.float32)"]
+                step += ["acc2 += x2"]
+                done += ["total2 = tl.sum(acc2, axis=0)"]
+        elif self.fold == "max":
+            body += [f"acc = tl.full([BLOCK], {other}, tl.float32)  # max over nothing"]
+            step = ["acc = _max_nan(acc, x)"]
+            done = ["total = tl.reduce(acc, 0, _max_nan)"]
+        else:
+            body += [
+                "# online logsumexp per lane (m the running max, s = sum exp(x - shift)), an",
+                "# infinite max shifting by 0 (torch's rule), then the lanes combine the same way",
+                f"m = tl.full([BLOCK], {other}, tl.float32)",
+                "s = tl.zeros([BLOCK], dtype=tl.float32)",
+            ]
+            step = [
+                "m_new = _max_nan(m, x)",
+                'shift = tl.where(tl.abs(m_new) == float("inf"), 0.0, m_new)',
+                "s = s * tl.exp(m - shift) + tl.exp(x - shift)",
+                "m = m_new",
+            ]
+            done = [
+                "mx = tl.reduce(m, 0, _max_nan)",
+                'top = tl.where(tl.abs(mx) == float("inf"), 0.0, mx)',
+                "total = tl.log(tl.sum(s * tl.exp(m - top), axis=0)) + top",
+            ]
+        body += ["for i0 in range(0, size, BLOCK):"]
+        body += ["    " + ln for ln in load + step]
+        body += done
+        op, y = self.op_lines(*self.totals("total"))
+        body += [*op, f"tl.store(result, {y})"]
+        what = (
+            f"every entry (the {self.role} partial flattened) folded with {self.fold} into one "
+            "scalar by one program in a fixed order (no atomics: reproducible)"
+        )
+        return body, [], [1], what
+
     # -- the kernel and its module ----------------------------------------------------------
     def build(self) -> TritonKernel:
         fp32 = dtype("fp32").triton_ptr
         self.param("partial", fp32, {"tensor": self.of}, "")
+        if self.second:
+            self.param("partial2", fp32, {"tensor": self.second}, "")
         self.param("result", fp32, {"tensor": self.result}, "")
         body, out_shape, grid, what = getattr(self, f"_{self.layout()}")()
+        grid = grid[0] if isinstance(grid, list) else grid
         self.n_and_eps()
         output = {"tensor": self.result, "dtype": "fp32", "shape": out_shape, "init": "empty"}
         entry = _identifier(self.step["name"])
@@ -379,6 +472,10 @@ class _Kernel:
         """The step as the spec writes it (flow style)."""
         s = self.step
         parts = [f"finalize: {s['op']}", f"of: {s['of']}"]
+        if self.second:
+            parts.append(f"{self.row.second}: {self.second}")
+        if self.over:
+            parts.append(f"over: {self.over}")
         if self.row.needs_n and s.get("n") is not None:
             parts.append(f"n: {s['n']}")
         if self.row.needs_eps:
@@ -402,7 +499,7 @@ class _Kernel:
             *MODULE_IMPORTS,
             "",
         ]
-        if self.role in FOLDED_ROLES and self.fold in ("max", "logsumexp"):
+        if (self.role in FOLDED_ROLES or self.over) and self.fold in ("max", "logsumexp"):
             lines += [
                 "",
                 "@triton.jit",
@@ -413,6 +510,8 @@ class _Kernel:
             ]
         lines += ["", "@triton.jit", f"def {entry}("]
         shapes = {"partial": f"{self.of} {part}", "result": f"{self.result} {out}"}
+        if self.second:
+            shapes["partial2"] = f"{self.second} {part}"
         for p, t, _, comment in self.params:
             lines.append(f"    {p},  # {t}: " + shapes.get(p, comment))
         for c, _, comment in self.consts:
@@ -423,4 +522,6 @@ class _Kernel:
 
 
 def _shape_text(shape: list) -> str:
+    if not shape:
+        return "() (a scalar)"
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"

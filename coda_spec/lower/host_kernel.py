@@ -21,7 +21,11 @@ as ``coda_spec.reference`` does in fp32 (the same formulas, fp32 math, stores ro
 declared dtype), plus every ``finalize`` of the same section whose partial this step produces
 (``TritonKernel.folds``): a host step's row reduction is exact per row, so ``zdz = dot / D`` is
 one more division in the kernel, written straight to the finalize's result. The partial itself
-is written too (an [M] fp32 vector, what the runtime keeps for a host partial: "exact").
+is written too (an [M] fp32 vector, what the runtime keeps for a host partial: "exact"). A
+finalize ``over`` rows is not folded: it reduces across rows, i.e. across this kernel's
+programs, which would need atomics (not reproducible); its own one-program finalize kernel
+(``lower/finalize_kernel.py``) folds the exact partial instead. ``var`` folds here when both of
+its partials are this step's.
 Anything the kernel cannot express raises :class:`HostKernelError` (a ``SpecError``) naming the
 step and the item: a primitive without a ``host`` lowering (its ``no_host`` says why), a
 grouped reduction, a value needed inside the loop that is only known after it (a second pass
@@ -187,6 +191,10 @@ def _fold_finalizes(hc: HostCtx, steps, index: int) -> list:
     for s in steps[index + 1 :]:
         if s.kind != "finalize" or s.of not in hc.partials:
             continue
+        if s.over is not None:  # across rows, i.e. across this kernel's programs: its own kernel
+            continue
+        if s.second is not None and s.second not in hc.partials:
+            continue
         kind, _, width, group, _ = hc.info_of(s.of).partial
         n = s.n if s.n is not None else (group or width)
         try:
@@ -206,8 +214,11 @@ def _fold_finalizes(hc: HostCtx, steps, index: int) -> list:
                 expr = s.n if s.n is not None else (group or width)
                 count = hc.dim_arg(f"n_{hc.ident(s.result)}", str(expr), f"n of {s.name}: {expr}")
                 x = f"{x} / {count}.to(tl.float32)"
+            x2 = None
+            if s.second is not None:  # var: the second partial's mean, by the same count
+                x2 = f"{hc.partials[s.second]} / {count}.to(tl.float32)"
             eps = repr(float(s.eps)) if row.needs_eps else ""
-            hc.post(f"{name} = {row.triton.format(x=x, eps=eps)}")
+            hc.post(f"{name} = {row.triton.format(x=x, x2=x2, eps=eps)}")
         hc.post(f"tl.store({hc.out(s.result)} + row, {name})")
         folds.append(s.name)
     hc.op = None

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 
 from coda_spec.finalize import OPS as FINALIZE_OPS
+from coda_spec.finalize import OVER as FINALIZE_OVER
+from coda_spec.finalize import SECONDS as FINALIZE_SECONDS
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import (
     DIM_REF,
@@ -104,6 +106,15 @@ def structure_defs() -> dict:
                 "as": _NAME,
                 "n": DIM_REF,
                 "eps": {"type": "number", "exclusiveMinimum": 0},
+                "over": {
+                    "enum": list(FINALIZE_OVER.values()),
+                    "description": "fold the other axis too, to one [] scalar: rows for a "
+                    "reduce_row partial, cols for a reduce_col one",
+                },
+                **{
+                    k: {**_NAME, "description": f"the {k} partial (finalize: var)"}
+                    for k in FINALIZE_SECONDS
+                },
                 "doc": _DOC,
             },
             required=("finalize", "of", "as"),
