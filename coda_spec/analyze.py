@@ -44,7 +44,7 @@ from coda_spec.dims import DimError, fold
 from coda_spec.errors import Diagnostic, SpecError, in_order
 from coda_spec.ir import Spec
 from coda_spec.primitives import registry
-from coda_spec.primitives.base import FP8_DTYPES, INDEX_DTYPES
+from coda_spec.primitives.base import INDEX_DTYPES
 from coda_spec.source import Source
 
 __all__ = ["Analysis", "StepInfo", "TensorInfo", "analyze", "program_diag"]
@@ -82,17 +82,6 @@ def _inputs(src, spec, sizes, diags) -> dict:
                 diags.append(src.diag(path + ("shape", i), str(e), e.hint))
                 shape = ["?"]  # reported: readers of this tensor stay quiet
                 break
-        if t.dtype in FP8_DTYPES:
-            diags.append(
-                src.diag(
-                    path + ("dtype",),
-                    f"{t.dtype} inputs are not supported in coda 1 yet (fp8 is a store "
-                    "dtype: outputs and stored tiles)",
-                    "use bf16 or fp16; fp8 GEMM operands are planned (QuACK 0.6.5's sm90 "
-                    "GEMM takes k-major fp8 A and B; coda does not feed it yet)",
-                )
-            )
-            shape = ["?"]  # reported: readers of this tensor stay quiet
         is_index = t.dtype in INDEX_DTYPES
         if is_index and t.range is None:
             diags.append(

@@ -27,6 +27,19 @@ from coda_spec.primitives.base import (
     half,
 )
 
+GEMM_DTYPES = ("bf16", "fp16", *FP8_DTYPES)  # what the sm90 mainloop takes as A and B
+
+
+def _k_major(key: str, opnd) -> bool:
+    """Whether a GEMM operand is read k-major: ``a: x`` with x [M, K], ``b: w.T`` with w [N, K]
+    (the only layout QuACK 0.6.5's sm90 GEMM takes for fp8; ``GemmSm90.is_valid_dtypes``)."""
+    return opnd.transposed == (key == "b")
+
+
+def _fp8_input(t) -> bool:
+    """An fp8 tensor the spec declares (not one a store wrote): read as a GEMM operand only."""
+    return t.origin == "input" and t.dtype in FP8_DTYPES
+
 
 def _first_fold(kind: str) -> str:
     """The finalize a hint suggests for a ``kind`` partial (``sum`` for an unknown kind)."""
@@ -127,23 +140,31 @@ class StepWalker:
                     "; GEMM operands are matrices",
                 )
                 return None
-            if info.dtype not in ("bf16", "fp16"):
+            if info.dtype not in GEMM_DTYPES:
                 self.err(
                     path + (key,),
                     f"gemm operand '{opnd.name}' is {info.dtype}; the sm90 "
-                    "mainloop takes bf16 or fp16",
+                    "mainloop takes bf16, fp16, fp8_e4m3 or fp8_e5m2",
                     "cast it when it is stored",
                 )
+                return None
+            if info.dtype in FP8_DTYPES and not _k_major(key, opnd):
+                self._not_k_major(key, opnd, info, path + (key,))
                 return None
             rows, cols = info.shape
             infos[key] = (cols, rows) if opnd.transposed else (rows, cols)
         (m, ka), (kb, n) = infos["a"], infos["b"]
         a, b = self.tensor(g.a.name, scope, (), quiet), self.tensor(g.b.name, scope, (), quiet)
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype and not (a.dtype in FP8_DTYPES and b.dtype in FP8_DTYPES):
+            fp8 = next((t for t in (a, b) if t.dtype in FP8_DTYPES), None)
             self.err(
                 path,
                 f"gemm operands differ in dtype ({a.dtype} vs {b.dtype})",
-                "a and b must share one dtype, bf16 or fp16",
+                "a and b must share one dtype, bf16 or fp16"
+                if fp8 is None
+                else "QuACK 0.6.5's sm90 GEMM needs both operands 8-bit for an fp8 one "
+                f"('{fp8.name}'); quantize the other to fp8_e4m3 or fp8_e5m2 too (mixed "
+                "e4m3 x e5m2 is fine), or declare both bf16",
             )
         if ka != kb:
             flip = f"{g.b.name}" if g.b.transposed else f"{g.b.name}.T"
@@ -158,7 +179,24 @@ class StepWalker:
             )
             return None
         self.tma_rule(ka, a.dtype, path, "the reduction dim K")
-        return m, n, ka, a.dtype
+        # An fp8 GEMM's natural output (a store without a dtype) is bf16, not fp8.
+        return m, n, ka, "bf16" if a.dtype in FP8_DTYPES else a.dtype, (a.dtype, b.dtype)
+
+    def _not_k_major(self, key, opnd, info, path) -> None:
+        """An fp8 operand read other than k-major (``a: x.T``, or ``b: w``)."""
+        rows, cols = info.shape
+        if key == "a":
+            how = f"a: {opnd.name}.T reads [{rows}, {cols}] (K first) as A: m-major"
+            fix = f"declare '{opnd.name}' as [M, K] ([{cols}, {rows}]) and write a: {opnd.name}"
+        else:
+            how = f"b: {opnd.name} reads [{rows}, {cols}] (K first) as B: n-major"
+            fix = f"declare '{opnd.name}' as [N, K] ([{cols}, {rows}]) and write b: {opnd.name}.T"
+        self.err(
+            path,
+            f"fp8 operand '{opnd.name}' is not k-major ({how}); QuACK 0.6.5's sm90 GEMM takes "
+            f"{info.dtype} operands k-major only",
+            fix,
+        )
 
     def epilogue_step(self, step, scope, quiet):
         is_kernel = step.kind == "kernel"
@@ -168,7 +206,7 @@ class StepWalker:
             shape = self._gemm(step, scope, quiet)
             if shape is None:
                 return self._failed(step, scope)
-            rows, width, k, dtype = shape
+            rows, width, k, dtype, operands = shape
             env["acc"] = [VType("tile", width), step.gemm.loc, True]
             b = step.gemm.b
             self.width_src = (
@@ -181,6 +219,14 @@ class StepWalker:
             over = self.tensor(step.over, scope, step.loc.path + ("over",), quiet)
             if over is None:
                 return self._failed(step, scope)
+            if _fp8_input(over):
+                self.err(
+                    step.loc.path + ("over",),
+                    f"host step '{step.name}' iterates over the {over.dtype} input "
+                    f"'{step.over}'; coda 1 reads fp8 inputs only as GEMM operands",
+                    "use it as a: or b: of a kernel's gemm, or declare it bf16",
+                )
+                return self._failed(step, scope)
             if len(over.shape) not in (1, 2):
                 self.err(
                     step.loc.path + ("over",),
@@ -188,7 +234,7 @@ class StepWalker:
                     f"'{step.over}' has rank {len(over.shape)}",
                 )
                 return self._failed(step, scope)
-            rows, k = over.shape[0], None
+            rows, k, operands = over.shape[0], None, ()
             if len(over.shape) == 2:
                 width = over.shape[1]
                 self.width_src = (over, 1, f"host step '{step.name}' is {{w}} wide")
@@ -236,6 +282,7 @@ class StepWalker:
             k,
             mode,
             values,
+            operands,
         )
 
     def _width_note(self, width):
@@ -358,7 +405,16 @@ class StepWalker:
                 ok &= tensors[key] is not None
                 reads.append(raw)
                 t = tensors[key]
-                if t is not None and tc.has_acc and key != "add_to" and t.dtype in FP8_DTYPES:
+                if t is not None and key != "add_to" and _fp8_input(t):
+                    self.err(
+                        path + (key,),
+                        f"'{raw}' is an {t.dtype} input; coda 1 reads fp8 inputs only as GEMM "
+                        "operands (QuACK's k-major fp8 A and B), not in "
+                        + ("a GEMM epilogue" if tc.has_acc else "a host step"),
+                        "use it as a: or b: of a kernel's gemm, or declare it bf16",
+                    )
+                    ok = False
+                elif t is not None and tc.has_acc and key != "add_to" and t.dtype in FP8_DTYPES:
                     self.err(
                         path + (key,),
                         f"'{raw}' is {t.dtype}; a GEMM epilogue reads no fp8 tile in coda 1 "

@@ -41,6 +41,7 @@ class StepInfo:
     k: object = None
     mode: str = ""
     values: tuple = ()  # ((name, VType), ...)
+    operands: tuple = ()  # a kernel's GEMM operand dtypes (a, b); () for other steps
 
 
 class TypeCtx:

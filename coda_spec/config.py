@@ -32,12 +32,14 @@ class KernelSizes:
 
     dims: tuple = ()  # ((dim, size), ...) of the static dims
     width: int = 0  # the kernel's N
+    fp8: bool = False  # the GEMM's operands are fp8 (``gemm_refusal``'s register rule)
 
     @classmethod
     def of(cls, spec, info) -> KernelSizes:
         """The sizes of kernel ``info`` (its StepInfo) of ``spec`` (an ``ir.Spec``)."""
         dims = tuple((d.name, d.size) for d in spec.dims if d.size is not None)
-        return cls(dims, info.width if isinstance(info.width, int) else 0)
+        fp8 = any(dt.startswith("fp8") for dt in info.operands)
+        return cls(dims, info.width if isinstance(info.width, int) else 0, fp8)
 
     def fold(self, expr) -> int:
         return dimmod.evaluate(expr, dict(self.dims))
@@ -70,6 +72,21 @@ class BuildConfig:
         """QuACK's epilogue subtile height: 128 when a cooperative tile's two warpgroups split
         M, else 64 (``GemmSm90._compute_tile_shape_or_override``)."""
         return 128 if not self.pingpong and self.tile_m % 128 == 0 else 64
+
+    def acc_per_thread(self) -> int:
+        """fp32 accumulator elements each MMA thread holds: the tile over the 128 threads of
+        each warpgroup that shares it (pingpong: one; cooperative: QuACK 0.6.5's atom layout,
+        ``GemmSm90.__init__``: tile_M / 64 warpgroups, 2 from tile_M = 256 on, 3 at 192 x
+        <= 128, 2 at 192 x wider and at 320)."""
+        if self.pingpong:
+            groups = 1
+        elif self.tile_m == 192:
+            groups = 3 if self.tile_n <= 128 else 2
+        elif self.tile_m == 320:
+            groups = 2
+        else:
+            groups = max(self.tile_m // 64, 1) if self.tile_m < 256 else 2
+        return self.tile_m * self.tile_n // (128 * groups)
 
     def problems(self) -> list[str]:
         """Tile rules of QuACK's sm90 GEMM that are independent of the epilogue."""

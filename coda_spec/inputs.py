@@ -2,9 +2,13 @@
 
 Policy (documented in docs/spec-language.md): never zeros; float tensors are standard normal,
 except GEMM operands read as weights (the ``b`` side), which are scaled by 1/sqrt(K) so
-activations stay O(1); ``range: [lo, hi]`` draws uniformly (integers in [lo, hi)); integer tensors
+activations stay O(1), and fp8 tensors (GEMM operands), which are unit normal whatever their side
+(a per-tensor scale in the spec brings the product back; 1/sqrt(K) would put most of a weight in
+the fp8 subnormals); ``range: [lo, hi]`` draws uniformly (integers in [lo, hi)); integer tensors
 with ``ignore_index`` get that value in about 1 row in 8. Values are rounded to each tensor's
-declared dtype, so the fp64 reference sees exactly the bits a kernel would. Inputs with
+declared dtype, so the fp64 reference sees exactly the bits a kernel would (fp8: round to nearest
+even, saturating at the format's largest finite value, ``coda_spec.dtypes.round_to``; every fp8
+value is exact in fp64). Inputs with
 ``derive`` are computed from the others with the equivalence language: exactly (fp64) for the
 algebra checks, rounded to their dtype for low-precision runs.
 """
@@ -16,7 +20,7 @@ import math
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.dtypes import TORCH_DTYPES, dtype
+from coda_spec.dtypes import TORCH_DTYPES, dtype, round_to
 from coda_spec.expr import parse
 from coda_spec.expr_eval import evaluate
 
@@ -51,9 +55,19 @@ def _draw(t, shape, sizes, gen, scale):
                 x = torch.where(mask, torch.full_like(x, t.ignore_index), x)
             return x.to(TORCH_DTYPES[t.dtype])
         x = torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+    elif dtype(t.dtype).kind == "fp8":  # unit normal: scaled by 1/sqrt(K) it would be subnormal
+        x = torch.randn(shape, generator=gen, dtype=torch.float64)
     else:
         x = torch.randn(shape, generator=gen, dtype=torch.float64) * scale
-    return x.to(TORCH_DTYPES[t.dtype])
+    return _lower(x, t.dtype)
+
+
+def _lower(x, name: str):
+    """``x`` in the dtype ``name``; fp8 rounds to nearest even and saturates (``round_to``), as
+    torch's own fp8 conversion turns values past the largest finite one into NaN."""
+    if dtype(name).kind == "fp8":
+        x = round_to(x, name)
+    return x.to(TORCH_DTYPES[name])
 
 
 def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, dict]:
@@ -80,7 +94,7 @@ def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, di
                 continue
             value = evaluate(parse(t.derive, single_expression=True), env)[None]
             exact[t.name] = value.double()
-            low[t.name] = value.to(TORCH_DTYPES[t.dtype])
+            low[t.name] = _lower(value, t.dtype)
             env[t.name] = exact[t.name]
     return low, exact
 

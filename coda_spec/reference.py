@@ -12,8 +12,10 @@ Precisions (the verify protocol, docs/verification.md):
   algebra checks against ``equivalent_to``.
 * ``fp32``: the same in float32.
 * ``lowp``: what an unfused low-precision pipeline computes: bf16/fp16 matmuls (output rounded to
-  the operand dtype, fp32 accumulation inside), fp32 epilogue math, rounding at every stored
-  tensor to its declared dtype. ``max|ref_lowp - ref|`` sets the verify error budget.
+  the operand dtype, fp32 accumulation inside; an fp8 x fp8 matmul upcasts its exact operands
+  and rounds the fp32 product to bf16, the usual ``torch._scaled_mm`` output), fp32 epilogue
+  math, rounding at every stored tensor to its declared dtype. ``max|ref_lowp - ref|`` sets the
+  verify error budget.
 
 Partial reductions are exact here (``[M, 1]`` per row); tiling them is the kernel's business.
 """
@@ -25,10 +27,12 @@ from dataclasses import dataclass
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.dtypes import TORCH_DTYPES, round_to
+from coda_spec.dtypes import TORCH_DTYPES, names, round_to
 from coda_spec.finalize import default_n
 from coda_spec.finalize import fold as finalize_fold
 from coda_spec.primitives import registry
+
+FP8_NAMES = names("fp8")
 
 __all__ = ["TORCH_DTYPES", "PRECISIONS", "RefCtx", "run", "run_backward", "infer_sizes"]
 
@@ -85,6 +89,10 @@ class RefCtx:
 
 
 def _matmul(rt: RefCtx, a, b, dtype: str):
+    if rt.precision.lowp and dtype in FP8_NAMES:
+        # fp8 x fp8 (torch has no CPU fp8 matmul): the fp8 values are exact in fp32, the product
+        # accumulates in fp32 and comes out in bf16, as torch._scaled_mm's usual output does.
+        return round_to(a.float() @ b.float(), "bf16").to(rt.dtype)
     if rt.precision.lowp:
         low = TORCH_DTYPES[dtype]
         return (a.to(low) @ b.to(low)).to(rt.dtype)

@@ -13,10 +13,39 @@ from __future__ import annotations
 from coda_spec import dims, primitives
 from coda_spec.config import BuildConfig, KernelSizes
 
+# fp8 GEMMs: the most fp32 accumulator elements per MMA thread (``BuildConfig.acc_per_thread``)
+# that compile without spills. QuACK 0.6.5's sm90 fp8 mainloop accumulates each k-tile into a
+# second register copy and adds it to the first (``GemmSm90.fp8_slow_accum``; its epilogue
+# frontend has no fast-accum switch), so an fp8 kernel holds twice the accumulator. Measured
+# (GPU-blind compiles of tests/specs_extra/fp8_gemm.yaml, 2026-12): 64 (cooperative 128x128,
+# pingpong 128x64 and 64x128) and 96 (cooperative 128x192) compile clean; 128 (pingpong 128x128,
+# the default, and cooperative 256x128) spill 224 STL/LDL.
+FP8_ACC_PER_THREAD = 96
+FP8_TILES = (
+    "build it at a smaller tile, first in --config or the spec's configs: (the fallback), e.g. "
+    "128x128,cluster=2x1,cooperative; 128x192 cooperative and 128x64 pingpong fit too"
+)
+
+
+def gemm_refusal(config: BuildConfig, sizes: KernelSizes) -> str | None:
+    """Why the GEMM itself (not an epilogue item) cannot take ``config``, or None."""
+    acc = config.acc_per_thread()
+    if sizes.fp8 and acc > FP8_ACC_PER_THREAD:
+        return (
+            f"an fp8 GEMM at this tile holds {acc} fp32 accumulator elements per thread, twice "
+            f"over (QuACK 0.6.5's fp8 mainloop accumulates into a second copy): more than the "
+            f"{FP8_ACC_PER_THREAD} that compile without spills"
+        )
+    return None
+
 
 def kernel_refusal(prims, step, config: BuildConfig, sizes: KernelSizes):
-    """(epilogue item, reason) of the first item of kernel ``step`` whose primitive refuses
-    ``config`` at ``sizes`` (the static dims and the GEMM N); None when all support it."""
+    """(what refuses, reason) for kernel ``step`` at ``config`` and ``sizes`` (the static dims,
+    the GEMM N, whether its operands are fp8): the GEMM (``step.gemm``, ``gemm_refusal``), or the
+    first epilogue item whose primitive refuses; None when all support it."""
+    why = gemm_refusal(config, sizes)
+    if why is not None:
+        return step.gemm, why
     for op in step.epilogue:
         reason = prims[op.prim].supports(config, sizes, op)
         if reason is not None:

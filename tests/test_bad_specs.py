@@ -123,7 +123,10 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "dtype_output_block": [
         (17, 7, "outputs.x1: outputs declares 'x1' as fp32 but step 'out_proj' stores it as bf16")
     ],
-    "input_fp8": [(6, 31, "fp8_e4m3 inputs are not supported in coda 1")],
+    "gemm_fp8_mixed_bf16": [(10, 11, "gemm operands differ in dtype (fp8_e4m3 vs bf16)")],
+    "gemm_fp8_not_k_major": [(10, 21, "fp8 operand 'w' is not k-major (b: w reads")],
+    "fp8_input_epilogue_load": [(13, 21, "'r' is an fp8_e4m3 input; coda 1 reads fp8 inputs")],
+    "fp8_input_host_step": [(9, 11, "iterates over the fp8_e4m3 input 'q'")],
     "input_int_no_range": [(7, 11, "integer tensor 'target' needs a range")],
     "input_ignore_index_float": [(6, 51, "ignore_index applies to integer index tensors only")],
     # -- dims and hardware shape rules -----------------------------------------------------------

@@ -115,13 +115,15 @@ outputs: {h: fp8_e4m3}
     assert "quantize it in a plain kernel or a host step" in hint
 
 
-def test_an_fp8_input_is_refused_naming_the_plan():
+def test_an_fp8_input_beside_a_bf16_operand_is_refused():
+    """fp8 inputs feed a GEMM (tests/test_fp8_gemm.py), but both operands must be 8-bit."""
     text = SPEC.read_text().replace(
         "x:     {shape: [M, D], dtype: bf16}", "x: {shape: [M, D], dtype: fp8_e4m3}"
     )
-    errs = _errors(text)
-    assert errs[0][2].startswith("fp8_e4m3 inputs are not supported in coda 1 yet")
-    assert "QuACK 0.6.5" in errs[0][3]
+    [(line, col, msg, hint)] = _errors(text)
+    assert (line, col) == (21, 11)
+    assert msg == "gemm operands differ in dtype (fp8_e4m3 vs bf16)"
+    assert "needs both operands 8-bit" in hint
 
 
 def test_host_store_rounds_in_fp32_then_converts():

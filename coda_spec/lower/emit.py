@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coda_spec.config import KernelSizes
+from coda_spec.config import KernelSizes, config_text
 from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
 from coda_spec.lower_api import Declared, LowerCtx
-from coda_spec.suits import kernel_refusal
+from coda_spec.suits import FP8_TILES, kernel_refusal
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,10 @@ def lower_kernel(analysis, step, info, src_lines, file, config, prims) -> Lowere
     mode = {"plain": "plain", "acc_pair": "acc_pair", "packed_pair": "packed_cd_b16x2"}[info.mode]
     tile = (config.tile_m, config.tile_n)
     refused = kernel_refusal(prims, step, config, KernelSizes.of(analysis.spec, info))
+    if refused is not None and refused[0] is step.gemm:
+        g = step.gemm.loc
+        at = f"cannot build the gemm at {config_text(config.key())}: {refused[1]}"
+        raise SpecError([Diagnostic(file, g.line, g.col, format_path(g.path), at, FP8_TILES)])
     lc = LowerCtx(analysis, step, src_lines, mode, info.rows, info.width, info.k, tile, file, prims)
     for idx, op in enumerate(step.epilogue):
         p = prims[op.prim]

@@ -87,6 +87,11 @@ def _operand(t, transposed, sizes, tensors):
     return x.T if transposed else x
 
 
+def _dtype(x) -> str:
+    """A fake operand's torch dtype as its name (``float8_e4m3fn``, ``bfloat16``)."""
+    return str(x.dtype).removeprefix("torch.")
+
+
 def _major(x) -> str:
     return "row" if x.stride(-1) == 1 else "col"
 
@@ -188,6 +193,7 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
             "D": _major(d) if d is not None else None,
             "C": _major(c) if c is not None else None,
         },
+        "dtypes": {"A": _dtype(a), "B": _dtype(b)},  # the operands compiled (fp8 included)
         "max_swizzle_size": int(plan.max_swizzle_size),
         "gemm_class": plan.gemm_cls.__name__,
         "stages": stages,

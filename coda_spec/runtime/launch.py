@@ -52,7 +52,7 @@ LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 TABLES_KEPT = 8  # RoPE tables kept before those of dead tensors are dropped
 FP32_EXACT = 2**24  # a column table is fp32: every column index up to 2^24 is exact
-ZERO_K = 8  # the K of the zero operands an empty-K GEMM runs on (16 bytes of bf16)
+ZERO_K = 16  # the K of the zero operands an empty-K GEMM runs on (16 bytes of fp8, 32 of bf16)
 
 
 def quack_gemm(fn, a, b, d, c, epi: tuple, max_active_clusters: int, max_swizzle_size: int):
@@ -170,7 +170,7 @@ def launch_grid(grid: tuple, env: dict, sizes: dict) -> tuple:
 
 
 def _zero_operand(rows: int, major: str, dtype, device) -> torch.Tensor:
-    """A (rows, 8) zero operand, K-contiguous ("row") or rows-contiguous ("col")."""
+    """A (rows, ZERO_K) zero operand, K-contiguous ("row") or rows-contiguous ("col")."""
     if major == "row":
         return torch.zeros(rows, ZERO_K, dtype=dtype, device=device)
     return torch.zeros(ZERO_K, rows, dtype=dtype, device=device).T
