@@ -40,12 +40,14 @@ from coda_spec.analyze_programs import check_programs, program_diag
 from coda_spec.analyze_steps import StepWalker
 from coda_spec.analyze_types import StepInfo, TensorInfo
 from coda_spec.analyze_writes import check_unused
+from coda_spec.config import DEFAULT, KernelSizes, config_text, parse_config
 from coda_spec.dims import DimError, fold
 from coda_spec.errors import Diagnostic, SpecError, in_order
 from coda_spec.ir import Spec
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import INDEX_DTYPES
 from coda_spec.source import Source
+from coda_spec.suits import kernel_refusal
 
 __all__ = ["Analysis", "StepInfo", "TensorInfo", "analyze", "program_diag"]
 
@@ -172,6 +174,41 @@ def analyze(src: Source, spec: Spec) -> Analysis:
             steps=spec.backward.steps,
         )
         all_tensors += grads_in + list(bwalker.produced)
+    if not diags:
+        _fallback_refusals(src, spec, steps + bsteps, prims, diags)
     if diags:
         raise SpecError(in_order(diags))
     return Analysis(spec, tuple(all_tensors), steps, bsteps, tuple(warnings))
+
+
+def _fallback_refusals(src, spec, infos, prims, diags) -> None:
+    """What ``coda build`` with no ``--config`` refuses at its fallback config (the spec's first
+    ``configs:`` entry, else ``coda_spec.config.DEFAULT``), located as the build locates it, so
+    ``coda check`` never calls valid what that build refuses (an fp8 GEMM at a tile that spills,
+    a per-head statistic whose group does not divide the tile). A build given ``--config`` asks
+    again at its own configs."""
+    try:
+        config = parse_config(spec.configs[0]) if spec.configs else DEFAULT
+    except ValueError:
+        return  # validate reported the malformed entry
+    where = "the spec's first configs: entry" if spec.configs else "the default config"
+    for step, info in zip(spec.all_steps(), infos, strict=True):
+        if step.kind != "kernel":
+            continue
+        try:
+            refused = kernel_refusal(prims, step, config, KernelSizes.of(spec, info))
+        except DimError:  # a dim the question cannot fold: the build reports it, located
+            continue
+        if refused is None:
+            continue
+        at, why = refused
+        what = "the gemm" if at is step.gemm else f"'{at.prim}'"
+        diags.append(
+            src.diag(
+                at.loc.path,
+                f"{what} cannot be built at {config_text(config.key())} ({where}, which "
+                f"coda build uses without --config): {why}",
+                "list configs: that suit this kernel first, e.g. configs: "
+                "['128x128,cluster=2x1,cooperative']",
+            )
+        )

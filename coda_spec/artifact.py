@@ -81,9 +81,10 @@ from typing import Any, ClassVar
 
 from coda_spec.dims import dynamic_dim, evaluator, exprs
 
-FORMAT_VERSION = 8  # 2: grads; 3: required; 4: variants; 5: launch; 6: shape exprs; 7: names;
-# 8: accumulating kernels
-READABLE_FORMATS = (8,)  # older builds: rebuild (and re-run coda tune)
+FORMAT_VERSION = 9  # 2: grads; 3: required; 4: variants; 5: launch; 6: shape exprs; 7: names;
+# 8: accumulating kernels; 9: row tables (role rows), row transforms (repeat, as_uint8), int64
+# scalars, finalize over/second (a format-8 runtime would misread them, so it refuses a 9)
+READABLE_FORMATS = (8, 9)  # 8 has none of 9's keys; older builds: rebuild (and re-run coda tune)
 MANIFEST = "manifest.json"
 _STEPS = ("steps", "backward_steps")
 # Where a manifest holds shapes (``coda_spec.dims.exprs`` paths): written as expressions.

@@ -47,6 +47,10 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "schema_bad_dim_value": [(4, 11, "'dynamc' is not allowed here; did you mean 'dynamic'?")],
     "schema_bad_dtype": [(7, 31, "fp8_e4m3, fp8_e5m2; did you mean 'bf16'?")],
     "schema_bad_finalize_op": [(14, 16, "did you mean 'rsqrt_mean'?")],
+    "gemm_fp8_default_config": [
+        (26, 11, "the gemm cannot be built at 128x128,cluster=2x1,pingpong (the default config"),
+        (38, 11, "list configs: that suit this kernel first"),
+    ],
     "schema_flow_comma_split": [(7, 57, "unknown key 'in)'; a comma inside {...} splits")],
     "schema_bad_gemm_operand": [(11, 21, "'w_o^T' is not a gemm operand (NAME or NAME.T)")],
     "schema_bad_name": [(3, 7, "'up-relu' is not a name")],

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from coda_spec.artifact import eval_shape
-from coda_spec.config import BuildConfig
+from coda_spec.config import BuildConfig, parse_config
 from coda_spec.frontend import check_source
 from coda_spec.lower.finalize_kernel import FOLD_OPS, finalize_kernel
 from coda_spec.lower.module import lower_spec
@@ -195,7 +195,8 @@ def _spec_finalizes():
         finals = [s for s in steps if s.kind == "finalize"]
         if not finals:
             continue
-        fields = {f.tensor: f for k in lower_spec(checked, BuildConfig()).kernels for f in k.fields}
+        config = parse_config(spec.configs[0]) if spec.configs else BuildConfig()  # its fallback
+        fields = {f.tensor: f for k in lower_spec(checked, config).kernels for f in k.fields}
         dims = {d.name: d.size for d in spec.dims}
         for s in finals:
             step = finalize_data(s, a)

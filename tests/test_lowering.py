@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import pytest
 
-from coda_spec.config import BuildConfig
+from coda_spec.config import DEFAULT, BuildConfig, parse_config
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file, check_source
 from coda_spec.lower.emit import lower_kernel
@@ -213,7 +213,11 @@ EXTRA_SPECS = sorted((ROOT / "tests" / "specs_extra").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", SPECS + EXTRA_SPECS, ids=lambda p: p.stem)
 def test_what_check_accepts_lowers(path):
-    lower_spec(check_file(path.relative_to(ROOT)), BuildConfig())
+    """At the config coda build uses without --config: the spec's first configs: entry, else
+    the default (a spec whose kernels refuse the default, fp8 GEMMs, lists its own)."""
+    checked = check_file(path.relative_to(ROOT))
+    spec = checked.spec
+    lower_spec(checked, parse_config(spec.configs[0]) if spec.configs else DEFAULT)
 
 
 PACKED = ["{load_tile: z}", "{dswiglu: q, z: z, as: [dz, hh]}", "{store: dz, to: y}"]
@@ -242,7 +246,7 @@ def test_check_and_build_refuse_alike(case, tmp_path, monkeypatch):
     """``coda check`` refuses what ``coda build --stop-after lower`` refuses, with the same
     diagnostic; with analyze's refusals switched off, the lowering's own refusal is that
     diagnostic too (so the two cannot drift apart)."""
-    from coda_spec import analyze_steps
+    from coda_spec import analyze, analyze_steps
     from tests.conftest import coda_check, invoke
 
     (tmp_path / "refused.yaml").write_text(_refused_text(case))
@@ -253,6 +257,7 @@ def test_check_and_build_refuse_alike(case, tmp_path, monkeypatch):
     [head] = [ln for ln in check.body.splitlines() if ": error: " in ln]
     assert "cannot lower" in head and head in build.output
     monkeypatch.setattr(analyze_steps, "epilogue_refusals", lambda *a: None)
+    monkeypatch.setattr(analyze, "_fallback_refusals", lambda *a: None)  # the config's, too
     checked = check_source(parse_text("refused.yaml", _refused_text(case)))  # now "valid"
     with pytest.raises(SpecError) as e:
         lower_spec(checked, BuildConfig())

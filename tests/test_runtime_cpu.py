@@ -1,4 +1,4 @@
-"""``coda_spec.runtime`` without a GPU (CI): validation, the typed manifest (format 8; older
+"""``coda_spec.runtime`` without a GPU (CI): validation, the typed manifest (format 9; older
 formats and malformed manifests refused at load), inputs read only by
 ``derive``/``equivalent_to``, and empty calls (M = 0).
 
@@ -301,7 +301,7 @@ def test_size_one_dims_get_canonical_strides():
 def test_manifest_marks_required_inputs(tmp_path):
     d, _ = make_build(tmp_path, "derive_only_inputs")
     m = json.loads((d / "manifest.json").read_text())
-    assert m["format"] == artifact.FORMAT_VERSION == 8
+    assert m["format"] == artifact.FORMAT_VERSION == 9
     required = {i["name"]: i["required"] for i in m["inputs"]}
     assert required == {
         "x": False,
@@ -335,7 +335,7 @@ def test_a_manifest_without_a_compiled_finalize_is_refused(tmp_path):
         runtime.load(d)
 
 
-@pytest.mark.parametrize("fmt", [1, 2, 5, 6, 7, 9, None])
+@pytest.mark.parametrize("fmt", [1, 2, 5, 6, 7, 10, None])
 def test_unknown_manifest_format_is_refused(fmt, tmp_path):
     def edit(m):
         m["format"] = fmt

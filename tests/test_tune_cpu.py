@@ -130,7 +130,7 @@ def launches(monkeypatch, cpu):
 def test_variant_names_fallback_first(tmp_path, cpu):
     d, _ = variant_build(tmp_path)
     chain = runtime.load(d, tuned=False)
-    assert chain.manifest.format == 8
+    assert chain.manifest.format == 9
     assert chain.variant_names("out_proj") == [V0, V1, V2]
     assert chain.selected_variants({"M": 64}) == {"out_proj": V0, "up_proj": V0}
     forced = chain.with_variants({"out_proj": 2, "up_proj": V1})
