@@ -30,9 +30,26 @@ def _var(x, dim=None):
 
 
 def _rotary(x, theta):
-    xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
-    rot = torch.polar(torch.ones_like(theta), theta)
-    return torch.view_as_real(xc * rot).flatten(-2)
+    """Interleaved pairs rotated by ``theta``, in complex arithmetic: fp64 in the proof; a
+    16-bit ``x`` (a bench baseline) rotates in fp32, as PyTorch models do (torch has no complex
+    bf16), and comes back in its own dtype."""
+    wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    xc = torch.view_as_complex(wide.reshape(*x.shape[:-1], -1, 2).contiguous())
+    rot = torch.polar(torch.ones_like(theta, dtype=wide.dtype), theta.to(wide.dtype))
+    return torch.view_as_real(xc * rot).flatten(-2).to(x.dtype)
+
+
+def _matmul(a, b):
+    """``a @ b``; fp8 operands (a bench baseline's inputs: torch has no fp8 ``@``) multiply as
+    an eager user would: ``torch._scaled_mm`` on the GPU (unit scales, fp32 out, the same
+    tensor-core path), else upcast to fp32. The proof's inputs are fp64 already."""
+    fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+    if a.dtype not in fp8 and b.dtype not in fp8:
+        return a @ b
+    if a.is_cuda and a.dim() == b.dim() == 2 and a.dtype in fp8 and b.dtype in fp8:
+        one = torch.ones((), device=a.device)
+        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
+    return a.float() @ b.float()
 
 
 def _rotary_half(x, theta):
@@ -85,7 +102,7 @@ def _sum(x, dim=None):
 
 
 FUNCS = {
-    "matmul": torch.matmul,
+    "matmul": lambda a, b: _matmul(a, b),
     "rms_norm": _rms_norm,
     "layer_norm": _layer_norm,
     "var": _var,
@@ -130,7 +147,7 @@ _BIN = {
     ast.Sub: lambda a, b: a - b,
     ast.Mult: lambda a, b: a * b,
     ast.Div: lambda a, b: a / b,
-    ast.MatMult: lambda a, b: a @ b,
+    ast.MatMult: lambda a, b: _matmul(a, b),
     ast.Pow: lambda a, b: a**b,
 }
 _CMP = {

@@ -158,16 +158,21 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
     def run(method):  # the last argument is ``int[] dims``: which ChainOp of the name runs
         return lambda *args: getattr(_OPS[name][tuple(args[-1])], method)(*args[:-1])
 
+    def run_bwd(method):  # ``..., int[] dims, int[] needed``: the gradients wanted (0/1 each)
+        return lambda *args: getattr(_OPS[name][tuple(args[-2])], method)(
+            *args[:-2], needed=tuple(args[-1])
+        )
+
     fwd = torch.library.custom_op(f"coda::{name}", run("_forward"), mutates_args=(), schema=schema)
     fwd.register_kernel("cpu", run("_forward_cpu"))
     fwd.register_fake(run("_fake"))
     bwd = None
     if backward_schema is not None:
         bwd = torch.library.custom_op(
-            f"coda::{name}_backward", run("_backward"), mutates_args=(), schema=backward_schema
+            f"coda::{name}_backward", run_bwd("_backward"), mutates_args=(), schema=backward_schema
         )
-        bwd.register_kernel("cpu", run("_backward_cpu"))
-        bwd.register_fake(run("_backward_fake"))
+        bwd.register_kernel("cpu", run_bwd("_backward_cpu"))
+        bwd.register_fake(run_bwd("_backward_fake"))
         fwd.register_autograd(
             lambda ctx, *grads: ctx.coda_op._grad(ctx, *grads),
             setup_context=lambda ctx, inputs, output: _OPS[name][tuple(inputs[-1])]._setup_context(
@@ -178,10 +183,10 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
     return fwd, bwd
 
 
-def _schema(n_in: int, n_out: int) -> str:
-    """``(Tensor a0, ..., int[] dims) -> (Tensor, ...)``; one output is ``-> Tensor`` (see
-    :func:`_one`)."""
-    args = ", ".join([*(f"Tensor a{i}" for i in range(n_in)), "int[] dims"])
+def _schema(n_in: int, n_out: int, *extra: str) -> str:
+    """``(Tensor a0, ..., int[] dims, *extra) -> (Tensor, ...)``; one output is ``-> Tensor``
+    (see :func:`_one`)."""
+    args = ", ".join([*(f"Tensor a{i}" for i in range(n_in)), "int[] dims", *extra])
     return f"({args}) -> " + ("Tensor" if n_out == 1 else f"({', '.join(['Tensor'] * n_out)})")
 
 
@@ -220,7 +225,7 @@ class ChainOp:
         self.op, self.backward_op = _define(
             self.name,
             _schema(len(self.inputs), len(self.returns)),
-            _schema(n_bwd, len(self.grad_outputs)) if self.has_backward else None,
+            _schema(n_bwd, len(self.grad_outputs), "int[] needed") if self.has_backward else None,
         )
 
     def __repr__(self) -> str:
@@ -310,16 +315,26 @@ class ChainOp:
         # loss never used) never reaches here: autograd materializes it as zeros
         incoming = [by_output[of].contiguous() for _, of in self.grads]
         into = self._grad_into(ctx)
+        needed = self._needed(ctx, into)
         if into:  # eager (fuse_grad_accum): the kernels add into .grad; no functional op
             args = (*ctx.saved_tensors, *incoming)
             cuda = all(a.device.type == "cuda" for a in args)
-            got = _many((self._backward if cuda else self._backward_cpu)(*args, into=into))
+            run = self._backward if cuda else self._backward_cpu
+            got = _many(run(*args, into=into, needed=needed))
         else:
-            got = _many(self.backward_op(*ctx.saved_tensors, *incoming, self.dims))
+            got = _many(self.backward_op(*ctx.saved_tensors, *incoming, self.dims, list(needed)))
         of_input = {
-            of: None if g in into else x for (g, of), x in zip(self.grad_outputs, got, strict=True)
+            of: None if g in into or not want else x
+            for (g, of), x, want in zip(self.grad_outputs, got, needed, strict=True)
         }
         return (*(of_input.get(n) for n in self.inputs), None)  # None: the dims argument
+
+    def _needed(self, ctx, into: dict) -> tuple:
+        """1 for each backward output autograd wants (its input ``needs_input_grad``, or its
+        kernel adds into a ``.grad``), else 0: the backward runs only the steps the wanted ones
+        depend on (a frozen weight's wgrad GEMM, the data input's dgrad GEMM do not run)."""
+        wants = dict(zip(self.inputs, ctx.needs_input_grad, strict=False))
+        return tuple(int(g in into or wants.get(of, True)) for g, of in self.grad_outputs)
 
     def _grad_leaves(self, args) -> dict | None:
         """fuse_grad_accum, eager: {gradient: the leaf passed for its input} for the
@@ -367,15 +382,29 @@ class ChainOp:
         grads = dict(zip((g for g, _ in self.grads), args[len(self.saved) :], strict=True))
         return saved, grads
 
-    def _backward(self, *args, into=None) -> tuple:
-        """``into``: {gradient: tensor} its accumulating kernel adds into (fuse_grad_accum)."""
+    def _only(self, needed) -> set | None:
+        """The gradients to compute (None: all), from the op's ``needed`` argument."""
+        if needed is None or all(needed):
+            return None
+        return {g for (g, _), want in zip(self.grad_outputs, needed, strict=True) if want}
+
+    def _backward(self, *args, into=None, needed=None) -> tuple:
+        """``into``: {gradient: tensor} its accumulating kernel adds into (fuse_grad_accum);
+        ``needed``: 0/1 per gradient (an unwanted one is not computed: an uninitialized tensor
+        of its shape stands in the op's result, and autograd is handed None for it)."""
         saved, grads = self._backward_split(args)
         for g in self._into_bwd & grads.keys():  # a kernel accumulates into it: a copy
             grads[g] = grads[g].clone()
-        out = self.chain.backward(saved, accumulate=into, **grads)
+        only = self._only(needed)
+        out = self.chain.backward(saved, accumulate=into, only=only, **grads)
+        missing = [g for g, _ in self.grad_outputs if g not in out]
+        if missing:
+            wide = _wide([*saved.values(), *grads.values()])
+            stand_ins = _many(self._empties(missing, saved, wide, args[0].device))
+            out.update(zip(missing, stand_ins, strict=True))
         return _one(tuple(out[g] for g, _ in self.grad_outputs))
 
-    def _backward_cpu(self, *args, into=None) -> tuple:
+    def _backward_cpu(self, *args, into=None, needed=None) -> tuple:
         saved, grads = self._backward_split(args)
         wide = _wide([*saved.values(), *grads.values()])
         sizes = self.chain.bind_backward(
@@ -388,7 +417,7 @@ class ChainOp:
             out[g] = t.add_(out[g])
         return _one(tuple(out[g] for g, _ in self.grad_outputs))
 
-    def _backward_fake(self, *args) -> tuple:
+    def _backward_fake(self, *args, needed=None) -> tuple:
         saved, grads = self._backward_split(args)
         wide = _wide([*saved.values(), *grads.values()])
         names = [g for g, _ in self.grad_outputs]

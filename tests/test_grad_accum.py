@@ -219,9 +219,9 @@ def spy_accumulated(monkeypatch) -> list:
     log = []
     real = ops.ChainOp._backward_cpu
 
-    def spy(self, *args, into=None):
+    def spy(self, *args, into=None, needed=None):
         log.append(sorted(into or {}))
-        return real(self, *args, into=into)
+        return real(self, *args, into=into, needed=needed)
 
     monkeypatch.setattr(ops.ChainOp, "_backward_cpu", spy)
     return log

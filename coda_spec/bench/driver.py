@@ -48,6 +48,7 @@ from coda_spec.bench import roofline as R
 from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
 from coda_spec.bench.timing import Clock, CudaClock, time_interleaved
 from coda_spec.dims import dynamic_dim
+from coda_spec.dtypes import DTYPES
 from coda_spec.errors import SpecError, ToolError
 from coda_spec.frontend import with_dims
 from coda_spec.inputs import make_grads, make_inputs
@@ -57,6 +58,16 @@ from coda_spec.suits import refusal
 DEFAULT_M = (16384,)
 BASELINE_NAMES = ("eager", "compile", "liger")
 COMPARE_RTOL = 2e-2  # coda vs the eager baseline: both bf16 pipelines, a few roundings apart
+
+
+def compare_rtol(stored) -> float:
+    """The agreement bound for one coda output of torch dtype ``stored``: COMPARE_RTOL, or for
+    an fp8 output, whose one rounding is itself up to 2^-(mantissa bits + 1) relative (6% for
+    e4m3) while an ``equivalent_to`` baseline may state the value unrounded, twice that."""
+    for d in DTYPES:
+        if d.kind == "fp8" and getattr(torch, d.torch_name) == stored:
+            return max(COMPARE_RTOL, 2.0**-d.mantissa_bits)
+    return COMPARE_RTOL
 
 
 @dataclass(frozen=True)
@@ -248,9 +259,11 @@ def baseline_fns(base, checked, inputs: dict, grads: dict | None, compiled=None)
 
 def _compare(pairs: dict, what: str) -> list[str]:
     """One note from {name: (baseline tensor, coda tensor)}: the worst relative error, or every
-    output that disagrees (``MISMATCH``: a shape, a non-finite value, rel err > 2e-2)."""
+    output that disagrees (``MISMATCH``: a shape, a non-finite value, rel err past
+    :func:`compare_rtol`: 2e-2, or an fp8 output's rounding)."""
     errs, bad = {}, []
     for name, (got, want) in pairs.items():
+        rtol = compare_rtol(want.dtype)
         got, want = got.double(), want.double()
         if got.shape != want.shape:
             bad.append(f"'{name}' shape {tuple(got.shape)} != coda {tuple(want.shape)}")
@@ -259,7 +272,7 @@ def _compare(pairs: dict, what: str) -> list[str]:
         rel = float((got - want)[finite].norm()) / (float(want[finite].norm()) or 1.0)
         errs[name] = rel
         lost = int((torch.isfinite(want) != torch.isfinite(got)).sum())
-        if rel > COMPARE_RTOL or lost:
+        if rel > rtol or lost:
             bad.append(f"'{name}' rel err {rel:.2e}" + (f", {lost} non-finite" if lost else ""))
     if bad:
         return [f"MISMATCH coda vs {what}: " + "; ".join(bad)]

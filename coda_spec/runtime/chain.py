@@ -19,7 +19,7 @@ from coda_spec.artifact import Manifest, read_manifest
 from coda_spec.runtime import checks
 from coda_spec.runtime.call import Call, run_steps
 from coda_spec.runtime.launch import Launcher
-from coda_spec.runtime.plan import CodaRuntimeError, Plan, tuned_picks
+from coda_spec.runtime.plan import CodaRuntimeError, Plan, needed_steps, tuned_picks
 from coda_spec.tune_table import load_table
 
 
@@ -246,7 +246,12 @@ class Chain:
         return env
 
     def backward(
-        self, saved: dict, check: bool = True, accumulate: dict | None = None, **grads
+        self,
+        saved: dict,
+        check: bool = True,
+        accumulate: dict | None = None,
+        only: set | None = None,
+        **grads,
     ) -> dict:
         """Gradients, from the tensors a forward :meth:`run` produced: ``saved`` holds (at
         least) :attr:`saved` -- the env :meth:`run` returned will do -- and ``grads`` the
@@ -255,15 +260,20 @@ class Chain:
         ``accumulate``: ``{gradient: tensor}`` for gradients of :attr:`accumulable`: each is
         added IN PLACE into its tensor (a ``.grad``) by its step's accumulating kernel, and
         returned as that tensor; they are validated before any launch (with ``check=False``,
-        only their names)."""
+        only their names). ``only``: the backward outputs wanted; the steps no wanted output
+        depends on do not run (``runtime.plan.needed_steps``) and the others are not returned."""
         tensors = self._saved_of(saved)
         if check:
             device, env, sizes = self._check.saved(tensors, grads)
         else:
             device, env, sizes = self._check.unchecked({**tensors, **grads})
         into = self._check.targets(accumulate or {}, device, sizes, full=check)
-        self._steps(self.manifest.backward_steps, Call(device, sizes, env, into=into))
-        return {o.name: env[o.name] for o in self.manifest.backward_outputs}
+        steps = self.manifest.backward_steps
+        if only is not None:
+            steps = needed_steps(steps, only)
+        self._steps(steps, Call(device, sizes, env, into=into))
+        names = [o.name for o in self.manifest.backward_outputs]
+        return {n: env[n] for n in names if only is None or n in only}
 
     def steps_fn(self, env: dict, sizes: dict, steps):
         """A callable that runs ``steps`` (manifest steps: one kernel, or the backward section)

@@ -99,6 +99,19 @@ def saved_names(manifest: Manifest) -> list[str]:
     return out
 
 
+def needed_steps(steps, wanted) -> tuple:
+    """The steps of ``steps`` (a section, in order) that the tensors ``wanted`` depend on: a
+    step is kept when it writes a wanted tensor or one a kept later step reads. A backward
+    whose caller needs some gradients only (autograd's ``needs_input_grad``: a frozen weight,
+    an input that is data) skips the GEMMs of the others."""
+    live, kept = set(wanted), []
+    for step in reversed(tuple(steps)):
+        if live & set(step.tensors_written()):
+            kept.append(step)
+            live |= set(step.tensors_read())
+    return tuple(reversed(kept))
+
+
 def resized_manifest(manifest: Manifest, dims: dict, refusal) -> Manifest:
     """The manifest at other ``dims``, lowering nothing (every shape is an expression over the
     dims). ``refusal(step, config key) -> reason or None`` says whether a kernel's primitives

@@ -61,8 +61,17 @@ def test_fp8_gemm_matches_scaled_mm_and_the_upcast_reference():
     q = res["q"].float()
     assert not q.isnan().any()
     torch.testing.assert_close(q, upcast.clamp(-448.0, 448.0), rtol=0.07, atol=0.02)
-    mixed = (x.float() @ ins["g"].float().T) * ins["sg"]
-    torch.testing.assert_close(res["out"].float(), mixed, rtol=1e-2, atol=1e-2)
+    # The mixed kernel against the exact upcast product. Hopper's fp8 WGMMA adds its products at
+    # reduced precision (about 14 significant bits: DeepSeek-V3's report, section 3.3.2; QuACK
+    # promotes to fp32 once per K tile), so an element near cancellation is off by a fraction of
+    # the mass of its terms, not of its value (measured on the H200, 2026-12-02: 15 of 2M
+    # elements past 1e-2 absolute, the largest 0.023, against a mass near 250).
+    g = ins["g"].float()
+    mixed = (x.float() @ g.T) * ins["sg"]
+    mass = (x.float().abs() @ g.abs().T) * ins["sg"]
+    err = (res["out"].float() - mixed).abs()
+    bound = 2.0**-12 * mass + 2.0**-8 * mixed.abs()  # accumulation, then the bf16 store
+    assert (err <= bound).all(), float((err / bound).max())
 
 
 def test_fp8_gemm_rejects_a_bf16_operand():
