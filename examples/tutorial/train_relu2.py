@@ -4,7 +4,9 @@ A student squared-ReLU MLP, run through the built chain ``relu2_mlp`` as a torch
 match a fixed random teacher MLP of the same shape under mean-squared error, with AdamW on fp32
 master weights cast to the kernels' bf16 each step (as mixed-precision training does). With
 ``--torch`` the same loop also runs the plain PyTorch MLP from the same weights and data, and the
-two loss curves and step times are printed side by side.
+two loss curves and step times are printed side by side; ``--compile`` runs both models under
+``torch.compile(mode="reduce-overhead")``, whose CUDA graphs take the host's per-launch cost out
+of a step.
 
 On a machine without a GPU the op runs the chain's reference (``--device cpu``), so the loop
 works everywhere; ``tests/test_tutorial.py`` runs it that way on a small build.
@@ -70,6 +72,11 @@ def main(argv=None) -> list:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--torch", action="store_true", help="also train the plain PyTorch MLP")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="run each model under torch.compile(mode='reduce-overhead') (CUDA graphs)",
+    )
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
 
@@ -84,12 +91,16 @@ def main(argv=None) -> list:
     runs = {"coda": coda_run}
     if args.torch:
         runs["torch"] = torch_mlp
+    if args.compile:  # the model call (forward and its backward graph), not the optimizer
+        graphs = {"mode": "reduce-overhead", "fullgraph": True}
+        runs = {n: torch.compile(f, **graphs) for n, f in runs.items()}
     curves = {}
     for name, run in runs.items():
         params = {n: torch.nn.Parameter(t.clone().to(dev)) for n, t in start.items()}
         curves[name] = train(run, params, teacher, args, dev)
     names = list(curves)
-    print(f"relu2_mlp: D={d} F={f}, {args.rows} rows per step, {args.steps} steps on {dev}")
+    how = "torch.compile(mode='reduce-overhead')" if args.compile else "eager"
+    print(f"relu2_mlp: D={d} F={f}, {args.rows} rows per step, {args.steps} steps on {dev}, {how}")
     print("step  " + "  ".join(f"{n + ' loss':>12}" for n in names))
     for i in sorted({0, 1, 2, 5, 10, 20, 50, 100, args.steps - 1} & set(range(args.steps))):
         print(f"{i:4d}  " + "  ".join(f"{curves[n][i][0]:12.6f}" for n in names))
