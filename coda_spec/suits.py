@@ -5,7 +5,13 @@ a reason, or None): the build asks it while lowering each candidate config
 (``coda_spec.lower.emit``, where a refusal of the fallback is a located error and a refusal of
 another candidate drops that variant), and verify and bench ask it again when they re-size a
 build to other dims (``coda_spec.runtime.plan.resized_manifest``, which drops the variants
-refused there). Both ask :func:`kernel_refusal`.
+refused there), and ``coda check`` asks it at the config a flagless build uses (the spec's first
+``configs:`` entry or the default; ``analyze._fallback_refusals``), so check never calls valid
+what that build refuses. All ask :func:`kernel_refusal`.
+
+A re-size has a second question, :func:`baked_change`: whether the compiled code holds a
+constant folded from the dims (``Primitive.bakes``, ``Primitive.bakes_width``) that the new dims
+change. Shapes are expressions the runtime evaluates per call; those constants are not.
 """
 
 from __future__ import annotations
