@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from coda_spec.errors import SpecError, render_text
+from coda_spec.lower.host_kernel import host_kernel
 from tests.conftest import checked_text
 
 torch = pytest.importorskip("torch")
@@ -79,8 +80,23 @@ def test_rope_half_is_refused_in_a_kernel_pointing_at_the_weight_permutation():
         "      - {rope: acc, pos: pos, freqs: inv_freq, pairs: half, head_dim: head_dim, "
         "as: y}\n      - {store: y}"
     )
-    assert "epilogue[2].pairs" in out and "planned" in out
-    assert "coda_spec/nn/layout.py" in out
+    assert "epilogue[2].pairs" in out and "QuACK 0.6.5's epilogue fn" in out
+    assert "coda_spec/nn/layout.py" in out and "host steps lower it" in out
+
+
+def test_rope_half_lowers_in_a_host_step():
+    """The same item in a host step checks (tests/test_rope_half_host.py runs its kernel)."""
+    text = BASE.replace(
+        "  - kernel: k\n    gemm: {{a: h, b: w.T}}\n    epilogue:",
+        "  - host: k\n    over: h\n    body:",
+    )
+    items = (
+        "      - {load_tile: h}\n      - {load_col: pos}\n      - {load_row: inv_freq, repeat: 2}\n"
+        "      - {rope: h, pos: pos, freqs: inv_freq, pairs: half, head_dim: head_dim, as: y}\n"
+        "      - {store: y}"
+    )
+    checked = checked_text(text.format(items=items), "t.yaml")
+    assert "tl.permute(" in host_kernel(checked, "k").source
 
 
 def test_rope_half_needs_head_dim():

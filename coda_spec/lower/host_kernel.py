@@ -44,7 +44,10 @@ with one lane keeps its plain name). A body without pair primitives has ``L = 1`
 (even, odd columns), so a half-width result (SwiGLU's output, RoPE's per-pair frequencies) has
 one lane and a double-width packed tile (dSwiGLU's dz) four. A chunk of an L-lane tile is one
 contiguous range of L * BLOCK columns, loaded flat (so it vectorises), reshaped to
-[BLOCK, 2, ..., 2] and ``tl.split`` into lanes; stores ``tl.join`` and reshape back. Per-row
+[BLOCK, 2, ..., 2] and ``tl.split`` into lanes; stores ``tl.join`` and reshape back. A
+rotate-half RoPE (``pairs: half``) keeps this layout and rotates per chunk instead: a chunk starts
+at a multiple of L * BLOCK columns, so with a power-of-two head_dim dividing that it holds whole
+heads, joined, reshaped to [heads, 2, head_dim/2] and split there (``_pairs.half_host``). Per-row
 values (``load_col``, ``valid``, gathered columns, finished reductions) are scalars of the
 program; reductions and gathers accumulate a [BLOCK] vector across chunks and finish after the
 loop, where the per-row arithmetic on them runs. All math is fp32; offsets into a tile are

@@ -5,13 +5,23 @@ gated MLPs the even column is the gate g and the odd column the up projection u,
 ``w_gu`` interleaves gate and up rows (from separate ``gate`` and ``up`` weights:
 ``torch.stack([gate, up], 1).reshape(2 * F, D)``).
 For RoPE the pair (a, b) = (x[2i], x[2i+1]) rotates by theta = pos * freq[i]:
-(a, b) -> (a*cos - b*sin, a*sin + b*cos).
+(a, b) -> (a*cos - b*sin, a*sin + b*cos). With ``pairs: half, head_dim: hd`` (Hugging Face's
+rotate-half layout) pair j of head h is (x[h*hd + j], x[h*hd + j + hd/2]) with freq[h*hd/2 + j].
+
+Where rotate-half lowers: host steps (:func:`half_host`: a chunk of whole heads reshaped to
+[heads, 2, hd/2], so both halves of a head are in registers; head_dim a power of two, Triton's
+shapes, else ``no_half_host`` refuses it at ``head_dim``). Not GEMM epilogues (``NO_HALF_KERNEL``):
+QuACK 0.6.5's epilogue fn is called on one element (plain) or one adjacent column pair
+(acc_pair) at a time, so column i + hd/2 is never in reach, although the WGMMA accumulator
+fragment does hold it in the same thread; lowering it there needs an epilogue over the whole
+fragment, which QuACK 0.6.5 does not offer.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from coda_spec import dims as dimmod
 from coda_spec.errors import ItemError
 from coda_spec.primitives._elementwise import HOST_GELU, HOST_SILU, HOST_TANH
 from coda_spec.primitives._ranges import ranged
@@ -170,28 +180,54 @@ def rotate(rt, x, pos, freqs, sign: float, head_dim: int | None = None):
     return rt.torch.cat([a * c - b * s, a * s + b * c], dim=-1).reshape(m, w)
 
 
-# Why rotate-half pairs lower nowhere yet (Primitive.item_refusal), by where, and the fix.
+# Why rotate-half pairs do not lower in a GEMM epilogue (Primitive.item_refusal), and the fix.
 NO_HALF_KERNEL = (
-    "pairs: half (Hugging Face's rotate-half layout) is planned but does not lower in a GEMM "
-    "epilogue yet: QuACK 0.6.5's epilogue fn sees one element or one adjacent column pair at a "
-    "time, never columns i and i + head_dim/2 together (although the WGMMA accumulator fragment "
-    "holds both in one thread's registers: columns 8 apart sit in the same thread)"
-)
-NO_HALF_HOST = (
-    "pairs: half (Hugging Face's rotate-half layout) is planned but does not lower in a host "
-    "step yet: a host kernel holds a chunk's columns as adjacent-column lanes, so column "
-    "i + head_dim/2 is in another slot"
+    "pairs: half (Hugging Face's rotate-half layout) does not lower in a GEMM epilogue: QuACK "
+    "0.6.5's epilogue fn sees one element or one adjacent column pair at a time, never columns "
+    "i and i + head_dim/2 together (although the WGMMA accumulator fragment holds both in one "
+    "thread's registers: columns 8 apart sit in the same thread); host steps lower it"
 )
 HALF_FIX = (
+    "use pairs: adjacent and permute the q/k projection rows once at load, as "
+    "coda_spec/nn/layout.py does for transformers' weights (rope_order), or rotate in a host step"
+)
+HALF_HOST_FIX = (
     "use pairs: adjacent and permute the q/k projection rows once at load, as "
     "coda_spec/nn/layout.py does for transformers' weights (rope_order)"
 )
 
 
-def rope_refusal(op, where, sizes):
-    if op.get("pairs", "adjacent") == "half":
-        return ItemError(NO_HALF_HOST if where == "host" else NO_HALF_KERNEL, "pairs", HALF_FIX)
+def no_half_host(hd) -> str | None:
+    """Why a host kernel cannot rotate heads of ``hd`` columns in halves, or None: it reshapes
+    a chunk into [heads, 2, hd/2] register tensors, and Triton's tensor shapes are powers of
+    two."""
+    if isinstance(hd, int) and hd & (hd - 1):
+        return (
+            f"pairs: half with head_dim {hd} does not lower in a host step: the kernel holds a "
+            f"chunk as [heads, 2, head_dim/2] register tensors and Triton's shapes are powers of "
+            f"two ({hd} is not)"
+        )
     return None
+
+
+def rope_refusal(op, where, sizes):
+    if op.get("pairs", "adjacent") != "half":
+        return None
+    if where != "host":
+        return ItemError(NO_HALF_KERNEL, "pairs", HALF_FIX)
+    try:
+        hd = op.get("head_dim")
+        hd = dimmod.fold(hd, dict(sizes)) if hd is not None else None
+    except dimmod.DimError:
+        return None  # reported by the typing walk (half_pairs)
+    why = no_half_host(hd)
+    return None if why is None else ItemError(why, "head_dim", HALF_HOST_FIX)
+
+
+def rope_bakes(op, where):
+    """A rotate-half host kernel compiles head_dim into its chunk shapes ([heads, 2, hd/2])."""
+    hd = op.get("head_dim") if op.get("pairs") == "half" else None
+    return (hd,) if isinstance(hd, str) else ()
 
 
 def gated_supports(config, sizes, op):
@@ -230,7 +266,8 @@ def rope_host(sign: float):
     """Host lowering of rope (sign +1) and rope_bwd (-1). The rotated tile has lanes (even, odd)
     per pair; ``freqs`` one lane per pair. theta = pos * freq as in :func:`rotate`; rotating by
     -theta uses cos(-t) = cos(t), sin(-t) = -sin(t). ``tl.cos``/``tl.sin`` compile to libdevice's
-    accurate cosf/sinf (full range reduction: theta reaches thousands of radians)."""
+    accurate cosf/sinf (full range reduction: theta reaches thousands of radians). Rotate-half
+    pairs (``pairs: half``): :func:`half_host`."""
 
     def host(hc, op):
         x = hc.value(op.get(op.prim))
@@ -240,6 +277,9 @@ def rope_host(sign: float):
             raise hc.error("needs the rotated tile as (even, odd) lanes")
         f = hc.spread(freqs, n // 2)
         base = hc.ident(op.results[0])
+        if op.get("pairs") == "half":
+            half_host(hc, op, x, pos.expr, f, sign)
+            return
         out = []
         for k in range(n // 2):
             a, b = x.lanes[2 * k], x.lanes[2 * k + 1]
@@ -255,6 +295,51 @@ def rope_host(sign: float):
         hc.let(op.results[0], out)
 
     return host
+
+
+def half_host(hc, op, x, pos: str, f: tuple, sign: float) -> None:
+    """Rotate-half RoPE in a host kernel, per chunk rather than per lane.
+
+    The slot layout stays the one every host step shares (``lower/host_kernel.py``: the tile's
+    L lanes hold adjacent columns, the W/2 frequencies L/2 lanes), so no other item's text
+    changes. Columns i and i + hd/2 of a head are in different slots, but both in registers
+    when the chunk holds whole heads: a chunk is L * BLOCK contiguous columns starting at a
+    multiple of L * BLOCK, so with hd a power of two dividing L * BLOCK (checked here; powers
+    of two by ``no_half_host``) every head lies in one chunk, and the row's width, a multiple
+    of hd, leaves the masked last chunk whole heads too. The chunk (``hc.join`` of the lanes)
+    is reshaped to [heads, 2, hd/2] (halves of each head) and permuted to [heads, hd/2, 2], so
+    ``tl.split`` gives the pair's two halves a, b [heads, hd/2]; the chunk's frequencies,
+    L/2 * BLOCK contiguous pairs (pair j of head h is W/2 column h * hd/2 + j, :func:`rotate`),
+    reshape to the same [heads, hd/2]. The rotated halves are joined, permuted back and
+    reshaped to the flat chunk, which ``let_block`` splits into lanes again (a register
+    shuffle, no memory traffic)."""
+    hd = int(hc.constant(op.get("head_dim")))
+    n = len(x.lanes)
+    name = op.get(op.prim)
+    if (n * hc.block) % hd:
+        raise hc.error(
+            f"pairs: half needs each chunk to hold whole heads: a chunk of BLOCK = {hc.block} "
+            f"slots holds {n * hc.block} columns of '{name}', not a multiple of head_dim {hd}",
+            hint=f"build with a block of at least {max(1, hd // n)} slots",
+        )
+    base = hc.ident(op.results[0])
+    heads, h2 = f"{n} * BLOCK // {hd}", hd // 2
+    xs, a, b = hc.fresh(f"{base}_heads"), hc.fresh(f"{base}_a"), hc.fresh(f"{base}_b")
+    theta = hc.fresh(f"{base}_theta")
+    c, s = hc.fresh(f"{base}_cos"), hc.fresh(f"{base}_sin")
+    flat = hc.fresh(f"{base}_chunk")
+    hc.line(f"{xs} = tl.permute(tl.reshape({hc.join(x.lanes)}, [{heads}, 2, {h2}]), (0, 2, 1))")
+    hc.line(f"{a}, {b} = tl.split({xs})")
+    hc.line(f"{theta} = {pos} * tl.reshape({hc.join(f)}, [{heads}, {h2}])")
+    hc.line(f"{c} = tl.cos({theta})")
+    hc.line(f"{s} = tl.sin({theta})")
+    if sign > 0:
+        first, second = f"{a} * {c} - {b} * {s}", f"{a} * {s} + {b} * {c}"
+    else:
+        first, second = f"{a} * {c} + {b} * {s}", f"{b} * {c} - {a} * {s}"
+    joined = f"tl.join({first}, {second})"
+    hc.line(f"{flat} = tl.reshape(tl.permute({joined}, (0, 2, 1)), [{n} * BLOCK])")
+    hc.let_block(op.results[0], flat)
 
 
 def gate_lanes(hc, z) -> list:
@@ -365,6 +450,7 @@ def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: 
             lower=rope_lower(sign),
             host=rope_host(sign),
             item_refusal=rope_refusal,
+            bakes=rope_bakes,
         )
     )
 
