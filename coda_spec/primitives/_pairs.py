@@ -451,6 +451,7 @@ def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: 
             host=rope_host(sign),
             item_refusal=rope_refusal,
             bakes=rope_bakes,
+            lowers_note="pairs: half in host steps only",
         )
     )
 

@@ -110,6 +110,7 @@ class Primitive:
     # Pairing modes of a kernel (analyze's names: "acc_pair", "packed_pair") whose epilogue its
     # ``lower`` cannot serve, each with why; ``coda check`` refuses the item there, as the walk does
     no_mode: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    lowers_note: str = ""  # an option's narrower reach, appended to lowers_in (rope's pairs: half)
     # (Op, where, sizes) -> ItemError | None: why THIS item, with its arguments, cannot lower in
     # ``where`` (a kernel's pairing mode, or "host" for a host step); sizes: the static dims.
     # Asked by ``analyze`` (so ``coda check`` refuses it, located) and by the lowering walks.
@@ -145,7 +146,8 @@ class Primitive:
             places.append("GEMM epilogues" + (f" (not in {no} kernels)" if no else ""))
         if self.host is not None:
             places.append("host steps")
-        return " and ".join(places) or "nowhere (the reference only)"
+        where = " and ".join(places) or "nowhere (the reference only)"
+        return f"{where}; {self.lowers_note}" if self.lowers_note else where
 
     @property
     def in_prepass(self) -> bool:
