@@ -3,11 +3,13 @@
 # Here (no GPU), first:
 #   bash ../shared/device/pack.sh
 #   coda build examples/tutorial/relu2_mlp.yaml tests/primitives $ISSUE22_SPECS
-#   for s in fp8_out_amax:D,N dropout_residual:D,F fp8_gemm:K,N; do  # model-sized copies
-#     n=${s%%:*} a=${s#*:}; sed -E "s/^dims: \{M: dynamic, ${a%,*}: [0-9]+, ${a#*,}: [0-9]+\}/\
-#       dims: {M: dynamic, ${a%,*}: 4096, ${a#*,}: 4096}/" tests/specs_extra/$n.yaml > /tmp/$n.yaml
-#   done; coda build /tmp/fp8_out_amax.yaml /tmp/dropout_residual.yaml /tmp/fp8_gemm.yaml \
-#     -o build-bench
+#   for s in "fp8_out_amax D N" "dropout_residual D F" "fp8_gemm K N"; do  # model-sized copies
+#     set -- $s; sed -E "s/^dims: .*/dims: {M: dynamic, $2: 4096, $3: 4096}/" \
+#       tests/specs_extra/$1.yaml > /tmp/$1.yaml
+#   done; sed -E 's/^dims: .*/dims: {M: dynamic, Q: 2048, KV: 512, head_dim: 64}/' \
+#     tests/specs_extra/rope_half_host.yaml > /tmp/rope_half_host.yaml
+#   coda build /tmp/fp8_out_amax.yaml /tmp/dropout_residual.yaml /tmp/fp8_gemm.yaml \
+#     /tmp/rope_half_host.yaml -o build-bench
 # then on the device, with carry [".device", "build", "build-bench"], one phase per call:
 #   PHASE=verify bash benchmarks/issue22_device.sh  # coda verify of the issue's specs, the
 #       tutorial's chain and every primitive's conformance build; the GPU tests of those
@@ -24,7 +26,7 @@ x=tests/specs_extra
 ISSUE22_SPECS="$x/gqa_qknorm_rope.yaml $x/fp8_out_amax.yaml $x/dropout_residual.yaml"
 ISSUE22_SPECS="$ISSUE22_SPECS $x/fp8_out_amax_host.yaml $x/masked_residual.yaml"
 ISSUE22_SPECS="$ISSUE22_SPECS $x/philox_exact.yaml $x/scale_dims.yaml specs/f7_qk_norm_rope.yaml"
-ISSUE22_SPECS="$ISSUE22_SPECS $x/fp8_gemm.yaml $x/layer_norm_var.yaml"
+ISSUE22_SPECS="$ISSUE22_SPECS $x/fp8_gemm.yaml $x/layer_norm_var.yaml $x/rope_half_host.yaml"
 ISSUE22_SPECS="$ISSUE22_SPECS ${EXTRA_SPECS:-}"
 GPU_TESTS="tests/gpu/test_fp8_gpu.py tests/gpu/test_philox_gpu.py tests/gpu/test_head_ranges_gpu.py"
 GPU_TESTS="$GPU_TESTS tests/gpu/test_fp8_gemm_gpu.py tests/gpu/test_finalize_stats_gpu.py"
@@ -32,6 +34,7 @@ GPU_TESTS="$GPU_TESTS ${EXTRA_GPU_TESTS:-}"
 # bench: the test specs at model-sized dims (built into build-bench/, see the header)
 BENCH_SPECS="$x/gqa_qknorm_rope.yaml build-bench/fp8_out_amax-latest"
 BENCH_SPECS="$BENCH_SPECS build-bench/dropout_residual-latest build-bench/fp8_gemm-latest"
+BENCH_SPECS="$BENCH_SPECS build-bench/rope_half_host-latest"
 BENCH_SPECS="${BENCH_ONLY:-$BENCH_SPECS examples/tutorial/relu2_mlp.yaml} ${EXTRA_BENCH:-}"
 out=/tmp/coda-issue22/i22
 mkdir -p "$out"
