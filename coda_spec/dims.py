@@ -306,11 +306,14 @@ def _eval(node: ast.expr, sizes: dict[str, int | None], text: str, calls: bool =
     raise DimError(f"unsupported dim expression {text!r}", "use names, integers and + - * /")
 
 
-def constant(expr: str, sizes: dict[str, int | None]) -> float:
-    """The real value of a constant written over the static dims (``scale``'s ``by: 1/sqrt(HD)``):
-    numbers, dim names, ``+ - * /``, unary minus and ``sqrt(x)``, in float arithmetic (no exact
-    division rule: this is a number compiled into a kernel, not a shape). The dynamic dim and
-    unknown names raise :class:`DimError`, the latter with a did-you-mean."""
+def constant(expr: int | float | str, sizes: dict[str, int | None]) -> float:
+    """The real value of a constant: a number as it is, or text written over the static dims
+    (``scale``'s ``by: 1/sqrt(HD)``, a group width ``head_dim``) in numbers, dim names,
+    ``+ - * /``, unary minus and ``sqrt(x)``, in float arithmetic (no exact division rule: this is
+    a number compiled into a kernel, not a shape). The dynamic dim and unknown names raise
+    :class:`DimError`, the latter with a did-you-mean."""
+    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
+        return float(expr)
     hint = "use numbers, static dims, + - * / and sqrt(), e.g. '1/sqrt(head_dim)'"
     node = _parse(str(expr))
 

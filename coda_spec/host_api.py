@@ -279,9 +279,7 @@ class HostCtx:
 
     # -- chain tensors -----------------------------------------------------------------------
     def constant(self, by) -> float:
-        """A number, or a constant over the static dims (``1/sqrt(head_dim)``), as a float."""
-        if isinstance(by, (int, float)):
-            return float(by)
+        """``dims.constant`` at the spec's dims (a number, or ``1/sqrt(head_dim)``)."""
         return dimmod.constant(by, {d.name: d.size for d in self.checked.spec.dims})
 
     def info_of(self, tensor: str):

@@ -279,9 +279,7 @@ class LowerCtx:
         return dims.fold(expr, sizes)
 
     def constant(self, by) -> float:
-        """A number, or a constant over the static dims (``1/sqrt(head_dim)``), as a float."""
-        if isinstance(by, (int, float)):
-            return float(by)
+        """``dims.constant`` at the spec's dims (a number, or ``1/sqrt(head_dim)``)."""
         return dims.constant(by, {d.name: d.size for d in self._analysis.spec.dims})
 
     # -- names -------------------------------------------------------------------------------

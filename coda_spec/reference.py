@@ -74,12 +74,8 @@ class RefCtx:
         return dimmod.evaluate(expr, self.sizes)
 
     def constant(self, by) -> float:
-        """A number, or a constant over the static dims (``1/sqrt(head_dim)``), as a float, at
-        the analysed spec's dims (verify re-analyses a case at its own dims)."""
-        if isinstance(by, (int, float)):
-            return float(by)
-        declared = {d.name: d.size for d in self.analysis.spec.dims}
-        return dimmod.constant(by, declared)
+        """``dims.constant`` at the analysed spec's dims (verify re-analyses a case at its own)."""
+        return dimmod.constant(by, {d.name: d.size for d in self.analysis.spec.dims})
 
     def decl(self, name):
         return self.analysis.tensor(name)

@@ -88,7 +88,7 @@ def baked_change(built, case) -> str | None:
         for op in getattr(step, "epilogue", None) or getattr(step, "body", None) or ():
             p = prims[op.prim]
             for expr in p.bakes(op, step.kind):
-                was, now = dims.constant(str(expr), old), dims.constant(str(expr), new)
+                was, now = dims.constant(expr, old), dims.constant(expr, new)
                 if was != now:
                     return (
                         f"{step.kind} '{step.name}' compiled {op.prim}'s {expr} in as {was:g}; at "

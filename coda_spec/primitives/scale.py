@@ -30,13 +30,6 @@ BY_DIMS = {  # by's second form, as the schema and docs describe it
 }
 
 
-def value(op, sizes: dict) -> float:
-    """``by`` as a number at ``sizes`` (name -> size, None when dynamic); DimError if it
-    cannot be one."""
-    by = op.get("by")
-    return float(by) if isinstance(by, (int, float)) else dims.constant(by, sizes)
-
-
 def _moved(by):
     """``base.moved`` of a number, or the same map written over the dims' constant: by + 0.25 +
     |by| / 2 (|x| as sqrt(x * x)), never equal to it."""
@@ -47,7 +40,7 @@ def _moved(by):
 
 def _infer(tc, op, ins, tensors):
     try:
-        value(op, tc.sizes)
+        dims.constant(op.get("by"), tc.sizes)
     except dims.DimError as e:
         raise ItemError(f"scale: by: {e}", "by", e.hint) from e
     return (broadcast([ins["scale"]], "'scale'"),)
