@@ -706,6 +706,67 @@ def tune(targets, m_text, dims, width_text, rounds, warmup, seed, out, builds, m
     _exit_timing(run)
 
 
+GRAD_HELP = f"""Derive SPEC's fused backward: section from its forward steps.
+
+    Writes the spec with a backward: section in CODA's schedule (each epilogue's backward in the
+    epilogue of the dgrad GEMM that produces its gradient, deferred norms by the zdz row dot),
+    proven by check --math before it is written. Incoming gradients are named d_<output>.
+    {_exits(0, 1, 2)} 2: an invalid spec, or a forward op the derivation cannot handle (located,
+    naming the op); 1: the derived section failed its own proof (never written).
+    """
+
+
+def _csv(ctx, param, value):
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+@main.command(
+    short_help="Derive a spec's backward: section, proven before it is written.", help=GRAD_HELP
+)
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", default=None, help="Write the spec here (default: stdout).")
+@click.option(
+    "--wrt",
+    default=None,
+    callback=_csv,
+    help="Inputs that get gradients, comma-separated (default: every floating input "
+    "not derived and not marked differentiable: false).",
+)
+@click.option(
+    "--from",
+    "incoming",
+    default=None,
+    callback=_csv,
+    help="Outputs whose gradients come in (default: every floating output not "
+    "marked differentiable: false).",
+)
+@click.option(
+    "--save",
+    "policy",
+    type=click.Choice(["min", "balanced", "max"]),
+    default="min",
+    show_default=True,
+    help="min: recompute normalized and activated GEMM inputs in dgrad epilogues "
+    "(CODA's); balanced: keep the activations; max: keep every GEMM input.",
+)
+@click.option(
+    "--keep",
+    default="",
+    callback=_csv,
+    help="Forward tensors to keep (saved, not recomputed), comma-separated.",
+)
+@click.option("--replace", is_flag=True, help="Derive in place of an existing backward:.")
+def grad(spec, out, wrt, incoming, policy, keep, replace):
+    _need_torch("coda grad", "it proves the derived section with check --math")
+    from coda_spec.grad.command import run_grad
+
+    try:
+        code, _ = run_grad(spec, out, wrt, incoming, policy, keep or (), replace)
+    except (SpecError, ToolError) as e:
+        sys.exit(_report(e, spec))
+    sys.exit(code)
+
+
 @main.command(short_help="Print the spec language's JSON Schema.")
 def schema():
     """Print the JSON Schema of spec language v1 (for editors and LLM tools)."""

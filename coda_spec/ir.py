@@ -41,6 +41,7 @@ class Tensor:
     derive: str | None = None  # expression (equivalence language) computing it from others
     doc: str = ""
     loc: Loc = field(default=None, compare=False)
+    differentiable: bool = True  # False: coda grad derives no gradient for it
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class Output:
     name: str
     dtype: str
     loc: Loc = field(compare=False)
+    differentiable: bool = True  # False: kept for the backward, no incoming gradient (coda grad)
 
 
 @dataclass(frozen=True)

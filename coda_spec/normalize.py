@@ -88,7 +88,12 @@ def _steps(src: Source, base: tuple, steps: list, prims) -> tuple:
 
 
 def _outputs(src: Source, base: tuple, outputs: dict) -> tuple:
-    return tuple(Output(n, dt, _loc(src, base + (n,))) for n, dt in outputs.items())
+    return tuple(
+        Output(n, dt, _loc(src, base + (n,)))
+        if isinstance(dt, str)
+        else Output(n, dt["dtype"], _loc(src, base + (n,)), dt.get("differentiable", True))
+        for n, dt in outputs.items()
+    )
 
 
 def digest_of(data) -> str:
@@ -114,6 +119,7 @@ def normalize(src: Source) -> Spec:
             t.get("derive"),
             t.get("doc", ""),
             _loc(src, ("tensors", n)),
+            t.get("differentiable", True),
         )
         for n, t in d["tensors"].items()
     )

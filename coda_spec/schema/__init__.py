@@ -69,6 +69,11 @@ def structure_defs() -> dict:
                 "range": {"type": "array", "items": bound, "minItems": 2, "maxItems": 2},
                 "ignore_index": {"type": "integer"},
                 "derive": {"type": "string"},
+                "differentiable": {
+                    "type": "boolean",
+                    "description": "false: no gradient is derived for it (coda grad's --wrt "
+                    "default skips it), as for positions, frequency tables and masks",
+                },
                 "doc": _DOC,
             },
             required=("shape", "dtype"),
@@ -121,7 +126,27 @@ def structure_defs() -> dict:
         ),
         "step": {"anyOf": [{"$ref": f"#/$defs/{k}"} for k in STEP_KINDS]},
         "steps": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/step"}},
-        "outputs": _named_map({"enum": list(DTYPES + FP8_DTYPES)}, minProperties=1),
+        "outputs": _named_map(
+            {
+                "anyOf": [
+                    {"enum": list(DTYPES + FP8_DTYPES)},
+                    _obj(
+                        {
+                            "dtype": {"enum": list(DTYPES + FP8_DTYPES)},
+                            "differentiable": {
+                                "type": "boolean",
+                                "description": "false: an output kept for the backward (a "
+                                "statistic, a saved pre-activation) that receives no incoming "
+                                "gradient (coda grad)",
+                            },
+                            "doc": _DOC,
+                        },
+                        required=("dtype",),
+                    ),
+                ]
+            },
+            minProperties=1,
+        ),
         "backward": _obj(
             {
                 "doc": _DOC,

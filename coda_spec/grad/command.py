@@ -1,0 +1,132 @@
+"""``coda grad SPEC``: derive, prove, then write; the command's whole flow.
+
+``run_grad(path, ...) -> (exit status, derived or None)``. The spec is checked with its own
+``backward:`` cut (``--replace``; without it a spec that has one is refused, so a hand-written
+section is never overwritten by accident), the section is derived (``coda_spec.grad``), and
+the whole result is checked and proven by ``coda check --math``'s prover before anything is
+written: a derived section that fails either is a tool failure (exit 1) and is not written.
+Diagnostics and progress go to stderr; the spec goes to ``out`` (``-`` is stdout).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from coda_spec.errors import (
+    EXIT_INVALID_SPEC,
+    EXIT_OK,
+    EXIT_TOOL_FAILURE,
+    Diagnostic,
+    SpecError,
+    format_path,
+    render_text,
+)
+from coda_spec.frontend import check_source
+from coda_spec.grad import POLICIES, derive_text
+from coda_spec.grad.facts import Unsupported
+from coda_spec.grad.text import without_backward
+from coda_spec.mathcheck import diagnostics, prove
+from coda_spec.source import load_source, parse_text
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _diag(file, lines, d: Diagnostic) -> None:
+    _say(render_text(d, lines))
+
+
+def _names(checked, names, what: str, allowed) -> list:
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise SpecError(
+            [
+                Diagnostic(
+                    checked.source.file,
+                    0,
+                    0,
+                    what,
+                    f"'{b}' is not {what[2:]}; choose from {', '.join(sorted(allowed))}",
+                )
+                for b in bad
+            ]
+        )
+    return list(names)
+
+
+def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), replace=False):
+    start = time.perf_counter()
+    src = load_source(path)
+    if policy not in POLICIES:
+        raise ValueError(f"--save {policy}: choose {', '.join(POLICIES)}")
+    if "backward" in src.data and not replace:
+        line, col = src.where(("backward",), key=True)
+        _diag(
+            src.file,
+            src.lines,
+            Diagnostic(
+                src.file,
+                line,
+                col,
+                "backward",
+                "the spec has a backward: section already",
+                "pass --replace to derive a new one in its place, or remove it",
+            ),
+        )
+        return EXIT_INVALID_SPEC, None
+    forward = parse_text(src.file, without_backward(src.text))
+    checked = check_source(forward)
+    spec = checked.spec
+    floating = {t.name for t in spec.tensors}
+    if wrt is not None:
+        wrt = _names(checked, wrt, "--wrt", floating)
+    if incoming is not None:
+        incoming = _names(checked, incoming, "--from", {o.name for o in spec.outputs})
+    try:
+        derived = derive_text(checked, wrt, incoming, policy, keep)
+    except Unsupported as e:
+        line, col = (e.loc.line, e.loc.col) if e.loc is not None else (0, 0)
+        path_text = format_path(e.loc.path) if e.loc is not None else ""
+        _diag(
+            src.file,
+            src.lines,
+            Diagnostic(
+                src.file,
+                line,
+                col,
+                path_text,
+                f"coda grad cannot derive {e.message}",
+                e.hint or "write a backward: section for this kernel by hand",
+            ),
+        )
+        return EXIT_INVALID_SPEC, None
+    target = str(out) if out not in (None, "-") else src.file
+    try:
+        result = check_source(parse_text(target, derived.text))
+    except SpecError as e:
+        _say(f"{src.file}: error: coda grad derived an invalid backward (a coda bug):")
+        for d in e.diagnostics:
+            _diag(d.file, derived.text.splitlines(), d)
+        return EXIT_TOOL_FAILURE, derived
+    report = prove(result, coverage=False)
+    if not report.ok:
+        _say(f"{src.file}: error: the derived backward fails its own proof (a coda bug):")
+        for d in diagnostics(result, report):
+            _diag(d.file, derived.text.splitlines(), d)
+        return EXIT_TOOL_FAILURE, derived
+    if out in (None, "-"):
+        sys.stdout.write(derived.text)
+    else:
+        Path(out).write_text(derived.text)
+    _say(
+        f"derived: {src.file}: {derived.kernels} GEMM kernels, {derived.hosts} host steps, "
+        f"{derived.finalizes} finalizes (--save {policy}); gradients of "
+        f"{', '.join(derived.wrt)} from {', '.join('d_' + o for o in derived.incoming)}"
+    )
+    _say(f"    {report.summary()} ({time.perf_counter() - start:.2f}s)")
+    if out not in (None, "-"):
+        _say(f"    wrote {out}")
+    return EXIT_OK, derived

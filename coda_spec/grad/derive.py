@@ -1,0 +1,362 @@
+"""The schedule: which backward step differentiates which forward kernel, and what it saves.
+
+CODA's rules, applied to every forward kernel ``p`` in reverse order:
+
+- **Where p's epilogue is differentiated (E_p).** In the epilogue of the dgrad GEMM of the one
+  later kernel ``j`` whose A operand p stores (``acc = d(acc_j) @ W_j`` is then the gradient of
+  that tensor, in registers); with no such kernel, in a host step over p's incoming gradient;
+  and when E_p needs p's accumulator itself (a log-sum-exp, a target-logit gather), in a kernel
+  that re-runs p's GEMM (CODA's LM-head backward: the logits are never saved).
+- **A deferred row scale** ``z = acc * r`` commutes with the GEMMs: E_p stores ``dz`` and the
+  dgrad epilogue multiplies by r, or, when the A operand is saved anyway, E_p stores
+  ``dz * r``. E_p also reduces ``sum z dz`` per row (for a z it cannot read, through an
+  orthogonal rope: ``sum y dy``), finalized to ``zdz = sum / n``; the norm's input then gets
+  ``-(x r) zdz r`` where its gradient is finished (the zdz identity of CODA's B1).
+- **Weight gradients** are plain GEMMs ``d(acc)^T @ A``. A normalized or activated A operand
+  that the policy does not keep is recomputed and stored by the dgrad epilogue that already
+  reads its inputs (v = x r gamma, act = silu(g) u).
+- **Vector gradients** (dgamma, dbeta) are column reductions in the epilogue that holds the
+  product's other operand, finalized by a sum.
+
+Gradients are kept as lazy sums of terms (a value of the step, or a tensor in memory) so that a
+sum ending in a store becomes ``add_to`` of the one tensor term, as in the hand-written specs.
+Everything the schedule cannot place raises :class:`~coda_spec.grad.facts.Unsupported` at the
+forward item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coda_spec.grad.facts import FKernel, Unsupported
+from coda_spec.grad.records import BStep, Item, Term, Unavailable
+from coda_spec.grad.step import StepBuilder
+
+
+@dataclass
+class State:
+    """What the derivation carries between steps (copied before a placement is tried)."""
+
+    pending: dict  # tensor -> list[Term] gradient contributions in memory
+    uses: dict  # tensor -> contributions still to come
+    rows: dict  # tensor -> list of reduce_col partial names
+    zdz: dict  # stat r -> list of reduce_row partial names
+    zdz_left: dict  # stat r -> consumers still to differentiate
+    zdz_done: dict  # stat r -> finalized zdz name
+    dacc: dict  # kernel index -> (tensor of d(acc) or dz, scaled?)
+    wgrad_a: dict  # kernel index -> the tensor wgrad reads as A
+    readers: dict  # tensor -> kernel indices whose dgrad / wgrad will still read it
+    save: set
+    names: set
+    outputs: dict  # produced gradient -> dtype
+    grads: dict  # gradient name -> forward tensor
+
+
+class Derivation:
+    def __init__(self, checked, kernels, stats, wrt, incoming, keep, source_lines):
+        self.spec, self.analysis = checked.spec, checked.analysis
+        self.kernels, self.stats = kernels, {s.r: s for s in stats}
+        self.wrt, self.incoming, self.keep = set(wrt), tuple(incoming), set(keep)
+        self.lines = source_lines
+        self.steps: list = []
+        self.deps = self._deps()
+        names = {t.name for t in self.analysis.tensors} | {d.name for d in self.spec.dims}
+        for k in kernels:
+            names |= {n for n, _ in k.kinds}
+        self.st = State({}, {}, {}, {}, {}, {}, {}, {}, {}, set(), names, {}, {})
+        for out in self.incoming:
+            g = self.fresh(f"d_{out}")
+            info = self.analysis.tensor(out)
+            load = "load_col" if len(info.shape) == 1 else "load_tile"
+            self.st.pending[out] = [Term(g, load)]
+            self.st.grads[g] = out
+        self._count_uses()
+
+    # ---- names, facts -------------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.st.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.st.names.add(name)
+        return name
+
+    def source_of(self, op) -> str:
+        """The forward item's text (without its comment), for the backward's comments."""
+        line = self.lines[op.loc.line - 1].split("#", 1)[0].strip()
+        return f"line {op.loc.line}: {line.removeprefix('- ')}"
+
+    def producer(self, tensor: str) -> FKernel | None:
+        return next((k for k in self.kernels if k.stored_value(tensor) is not None), None)
+
+    def consumers(self, p: FKernel) -> list:
+        stored = {t for _, t in p.stores}
+        return [j for j in self.kernels if j.index > p.index and j.a in stored]
+
+    def stat_consumers(self, r: str) -> list:
+        return [
+            k for k in self.kernels if k.row_scale is not None and k.row_scale.get("mul")[1] == r
+        ]
+
+    def _deps(self) -> dict:
+        """(kernel index | None, value or tensor) -> the wrt inputs it depends on."""
+        deps = {(None, t.name): ({t.name} & self.wrt) for t in self.spec.tensors}
+        for s in self.stats.values():
+            if s.kernel is None:
+                deps[(None, s.r)] = deps[(None, s.x)]
+        for k in self.kernels:
+            deps[(k.index, "acc")] = deps.get((None, k.a), set()) | ({k.w} & self.wrt)
+            for op in k.items:
+                d = set()
+                for key, v in op.args:
+                    if key in ("as", "to", "dtype", "by", "eps"):
+                        continue
+                    for x in v if isinstance(v, list) else [v]:
+                        if isinstance(x, str):
+                            d |= deps.get((k.index, x), deps.get((None, x), set()))
+                for r in op.results:
+                    deps[(k.index, r)] = d
+                    if op.prim == "reduce_row":
+                        deps[(None, r)] = d
+                if op.prim == "store":
+                    deps[(None, op.get("to") or op.get("store"))] = d
+            for s in self.stats.values():
+                if s.kernel == k.index:
+                    deps[(None, s.r)] = deps[(k.index, s.x)]
+        return deps
+
+    def needs(self, kernel: int | None, value: str) -> bool:
+        return bool(self.deps.get((kernel, value), set()))
+
+    def _count_uses(self) -> None:
+        """How many contributions each tensor's gradient collects (see ``finish``)."""
+        uses = self.st.uses
+        for k in self.kernels:
+            if self.needs(None, k.a):
+                uses[k.a] = uses.get(k.a, 0) + 1
+            for op in k.items:
+                if op.prim in ("load_tile", "load_row") and self.needs(None, op.get(op.prim)):
+                    uses[op.get(op.prim)] = uses.get(op.get(op.prim), 0) + 1
+        for r, s in self.stats.items():
+            self.st.zdz_left[r] = len(self.stat_consumers(r))
+            if s.kernel is None and self.needs(None, s.x):
+                uses[s.x] = uses.get(s.x, 0) + 1
+
+    # ---- the schedule --------------------------------------------------------------------
+
+    def run(self) -> list:
+        for p in reversed(self.kernels):
+            self.kernel_backward(p)
+        return _short_names(self.steps)
+
+    def live(self, p: FKernel) -> bool:
+        """p's epilogue has a gradient to differentiate: an incoming or accumulated gradient
+        of what it stores, or a statistic it reduces that a later kernel differentiated."""
+        for _, t in p.stores:
+            if self.st.pending.get(t) or any(
+                j.a == t and j.index in self.st.dacc for j in self.kernels
+            ):
+                return True
+        return any(s.kernel == p.index and self.st.zdz.get(s.r) for s in self.stats.values())
+
+    def kernel_backward(self, p: FKernel) -> None:
+        if not self.live(p) or not (self.needs(p.index, "acc") or self._loads_need(p)):
+            return
+        placements = []
+        cons = self.consumers(p)
+        if len(cons) > 1:
+            raise Unsupported(
+                f"kernel '{p.name}' stores the A operands of {len(cons)} GEMMs "
+                f"({', '.join(j.name for j in cons)}); the derivation places a kernel's "
+                "backward in one dgrad epilogue",
+                p.kernel.loc,
+                "write this kernel's backward by hand",
+            )
+        if cons:
+            placements.append(("dgrad", cons[0]))
+        else:
+            placements += [("host", None), ("recompute", None)]
+        last = None
+        for how, j in placements:
+            saved = _copy_state(self.st)
+            n = len(self.steps)
+            try:
+                self.place(p, how, j)
+                return
+            except Unavailable as e:
+                self.st, last = saved, e
+                del self.steps[n:]
+        raise Unsupported(
+            f"kernel '{p.name}': its backward needs {last} in a step that cannot read it",
+            p.kernel.loc,
+            "save it (store it in the forward) or write this kernel's backward by hand",
+        )
+
+    def _loads_need(self, p: FKernel) -> bool:
+        return any(
+            op.prim.startswith("load_") and self.needs(None, op.get(op.prim)) for op in p.items
+        )
+
+    def place(self, p: FKernel, how: str, j: FKernel | None) -> None:
+        if how == "dgrad":
+            step = StepBuilder.dgrad(self, j, p)
+        elif how == "host":
+            over = next((t.name for ts in self._seed_tiles(p) for t in ts), None)
+            if over is None:
+                raise Unavailable("an incoming gradient tile to run over")
+            step = StepBuilder.host(self, p, over)
+        else:
+            step = StepBuilder.recompute(self, p)
+        step.differentiate(p)
+        step.finish_inputs_of(p)
+        if how == "dgrad":
+            step.wgrad_operand(j)
+        self.steps.append(step.done())
+        self.after_step()
+        if how == "dgrad":
+            self.wgrad(j)
+        if p.a not in {t for k in self.kernels for _, t in k.stores} and self.needs(p.index, "acc"):
+            self.input_dgrad(p)
+
+    def _seed_tiles(self, p):
+        return [
+            [t for t in self.st.pending.get(tensor, []) if t.load == "load_tile"]
+            for _, tensor in p.stores
+        ]
+
+    def input_dgrad(self, p: FKernel) -> None:
+        """p's A operand is a chain input: its dgrad (if it needs a gradient) and p's wgrad."""
+        if self.needs(None, p.a):
+            step = StepBuilder.dgrad(self, p, None)
+            step.finish_tensor(p.a, step.seed_of_a(p))
+            self.steps.append(step.done())
+            self.after_step()
+        self.st.wgrad_a.setdefault(p.index, p.a)
+        self.wgrad(p)
+
+    def after_step(self) -> None:
+        """Finalize what the last step completed: zdz of statistics, vector gradients."""
+        for r, parts in self.st.zdz.items():
+            if parts and self.st.zdz_left[r] == 0 and r not in self.st.zdz_done:
+                stat = self.stats[r]
+                name = self.fresh(f"zdz_{r}")
+                if len(parts) > 1:
+                    raise Unsupported(
+                        f"statistic '{r}' scales {len(parts)} kernels; the derivation folds "
+                        "one zdz partial per statistic",
+                        self.spec.tensor(r).loc if self.spec.tensor(r) else None,
+                    )
+                self.steps.append(
+                    BStep(
+                        "finalize",
+                        "",
+                        [("finalize", "mean"), ("of", parts[0]), ("n", stat.n), ("as", name)],
+                        note=f"zdz = (1/{stat.n}) sum z dz, the row dot {r}'s norm backward needs",
+                    )
+                )
+                self.st.zdz_done[r] = name
+        for tensor, parts in list(self.st.rows.items()):
+            if self.st.uses.get(tensor, 0) <= 0 and parts:
+                del self.st.rows[tensor]
+                if len(parts) > 1:
+                    raise Unsupported(
+                        f"'{tensor}' gets column reductions in {len(parts)} places; the "
+                        "derivation folds one per vector",
+                        self.spec.tensor(tensor).loc,
+                    )
+                name = self.output_name(tensor)
+                self.steps.append(
+                    BStep("finalize", "", [("finalize", "sum"), ("of", parts[0]), ("as", name)])
+                )
+                self.st.outputs[name] = "fp32"
+
+    def output_name(self, tensor: str) -> str:
+        name = self.fresh(f"d_{tensor}")
+        self.st.grads[name] = tensor
+        return name
+
+    def wgrad(self, j: FKernel) -> None:
+        if j.w not in self.wrt or j.index not in self.st.dacc:
+            return
+        dacc, _ = self.st.dacc[j.index]
+        a = self.st.wgrad_a[j.index]
+        name = self.output_name(j.w)
+        gemm = {"a": f"{dacc}.T", "b": a} if j.w_t else {"a": f"{a}.T", "b": dacc}
+        step = BStep(
+            "kernel",
+            self.fresh(f"wgrad_{j.name}"),
+            [("gemm", gemm)],
+            note=f"d{j.w} = d(acc)^T {a}" if j.w_t else f"d{j.w} = {a}^T d(acc)",
+        )
+        step.items.append(Item([("store", "acc"), ("to", name)]))
+        self.steps.append(step)
+        self.st.outputs[name] = self.spec.tensor(j.w).dtype
+        for t in (dacc, a):
+            self.st.readers.get(t, set()).discard(("wgrad", j.index))
+
+
+def _copy_state(st: State) -> State:
+    return State(
+        {k: list(v) for k, v in st.pending.items()},
+        dict(st.uses),
+        {k: list(v) for k, v in st.rows.items()},
+        {k: list(v) for k, v in st.zdz.items()},
+        dict(st.zdz_left),
+        dict(st.zdz_done),
+        dict(st.dacc),
+        dict(st.wgrad_a),
+        {k: set(v) for k, v in st.readers.items()},
+        set(st.save),
+        set(st.names),
+        dict(st.outputs),
+        dict(st.grads),
+    )
+
+
+def _words(steps):
+    for s in steps:
+        yield s.name
+        for _, v in s.head:
+            yield from _leaves(v)
+        for item in s.items:
+            for _, v in item.fields:
+                yield from _leaves(v)
+
+
+def _leaves(v):
+    if isinstance(v, dict):
+        for x in v.values():
+            yield from _leaves(x)
+    elif isinstance(v, list):
+        for x in v:
+            yield from _leaves(x)
+    elif isinstance(v, str):
+        yield v.removesuffix(".T")
+
+
+def _short_names(steps) -> list:
+    """``dx2_by_h2`` -> ``dx2`` where it is the only gradient of x2 by that base name."""
+    used = set(_words(steps))
+    by = {}
+    for w in used:
+        if "_by_" in w:
+            by.setdefault(w.split("_by_")[0], []).append(w)
+    rename = {ws[0]: base for base, ws in by.items() if len(ws) == 1 and base not in used}
+
+    def sub(v):
+        if isinstance(v, dict):
+            return {k: sub(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [sub(x) for x in v]
+        if isinstance(v, str):
+            t = v.endswith(".T")
+            w = rename.get(v.removesuffix(".T"), v.removesuffix(".T"))
+            return w + (".T" if t else "")
+        return v
+
+    for s in steps:
+        s.head = [(k, sub(v)) for k, v in s.head]
+        for item in s.items:
+            item.fields = [(k, sub(v)) for k, v in item.fields]
+    return steps

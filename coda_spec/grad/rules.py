@@ -1,0 +1,195 @@
+"""Local derivative rules: one per forward primitive, the one home of each vjp.
+
+``RULES[prim](step, op, g)`` receives the backward :class:`~coda_spec.grad.derive.StepBuilder`
+it emits into, the forward item and the gradient ``g`` of the item's result (a ``Grad``, the
+lazy sum of terms the builder keeps), and hands each operand its share with
+``step.contribute(operand, grad)``. A rule reads forward values through ``step.val`` (load or
+recompute in the backward step) and writes items through ``step.emit``; it never decides where
+the item runs: that is the schedule's (``coda_spec.grad.derive``). Rules for what needs the
+whole chain (the deferred norm's statistic, the log-sum-exp, the target-logit gather) live in
+the schedule too, since they tie several steps together.
+"""
+
+from __future__ import annotations
+
+from coda_spec.grad.facts import Unsupported
+
+
+def _num(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _add(step, op, g):
+    for x in op.get("add"):
+        step.contribute(x, g)
+
+
+def _sub(step, op, g):
+    a, b = op.get("sub")
+    step.contribute(a, g)
+    step.contribute(b, step.negate(g))
+
+
+def _neg(step, op, g):
+    step.contribute(op.get("neg"), step.negate(g))
+
+
+def _cast(step, op, g):
+    step.contribute(op.get("cast"), g)  # rounding passes the gradient through (as autograd does)
+
+
+def _scale(step, op, g):
+    a = op.get("scale")
+    step.contribute(a, step.grad(step.emit(op, "scale", step.mat(g), by=op.get("by"), grad_of=a)))
+
+
+def _mul(step, op, g):
+    a, b = op.get("mul")
+    for x, other in ((a, b), (b, a)):
+        if _num(x):
+            continue
+        if _num(other):
+            step.contribute(x, step.grad(step.emit(op, "scale", step.mat(g), by=other, grad_of=x)))
+        elif step.kind(x) == "row":
+            part = step.emit(
+                op, "reduce_col", "dot", of=[step.mat(g), step.val(other)], name=f"d{x}_part"
+            )
+            step.contribute_row(x, part)
+        else:
+            d = step.emit(op, "mul", [step.mat(g), step.val(other)], grad_of=x)
+            step.contribute(x, step.grad(d))
+
+
+def _div(step, op, g):
+    a, b = op.get("div")
+    if _num(b):
+        step.contribute(a, step.grad(step.emit(op, "scale", step.mat(g), by=1.0 / b)))
+        return
+    q = step.emit(op, "div", [step.mat(g), step.val(b)])
+    if not _num(a):
+        step.contribute(a, step.grad(q))
+    t = step.emit(op, "mul", [q, step.val(op.results[0])])
+    step.contribute(b, step.negate(step.grad(t)))
+
+
+def _unary(build):
+    """A rule ``g * f'(a)`` from ``build(step, op, a, res) -> the derivative's value name``."""
+
+    def rule(step, op, g):
+        a = op.get(op.prim)
+        d = build(step, op, a, op.results[0])
+        step.contribute(a, step.grad(step.emit(op, "mul", [step.mat(g), d], grad_of=a)))
+
+    return rule
+
+
+def _d_square(step, op, a, res):
+    return step.emit(op, "scale", step.val(a), by=2.0)
+
+
+def _d_sqrt(step, op, a, res):
+    return step.emit(op, "div", [0.5, step.val(res)])
+
+
+def _d_rsqrt(step, op, a, res):
+    r = step.val(res)
+    r3 = step.emit(op, "mul", [step.emit(op, "square", r), r])
+    return step.emit(op, "scale", r3, by=-0.5)
+
+
+def _d_exp(step, op, a, res):
+    return step.val(res)
+
+
+def _d_log(step, op, a, res):
+    return step.emit(op, "div", [1.0, step.val(a)])
+
+
+def _d_tanh(step, op, a, res):
+    return step.emit(op, "sub", [1.0, step.emit(op, "square", step.val(res))])
+
+
+def _d_sigmoid(step, op, a, res):
+    s = step.val(res)
+    return step.emit(op, "mul", [s, step.emit(op, "sub", [1.0, s])])
+
+
+def _d_silu(step, op, a, res):
+    x = step.val(a)
+    s = step.emit(op, "sigmoid", x)
+    xt = step.emit(op, "mul", [x, step.emit(op, "sub", [1.0, s])])
+    return step.emit(op, "mul", [s, step.emit(op, "add", [xt, 1.0])])  # s (1 + x (1 - s))
+
+
+def _d_squared_relu(step, op, a, res):
+    return step.emit(op, "scale", step.emit(op, "relu", step.val(a)), by=2.0)
+
+
+def _d_softcap(step, op, a, res):
+    t = step.emit(op, "scale", step.val(res), by=1.0 / float(op.get("cap")))
+    return step.emit(op, "sub", [1.0, step.emit(op, "square", t)])
+
+
+def _gelu(step, op, g):
+    a = op.get("gelu")
+    step.contribute(a, step.grad(step.emit(op, "dgelu", [step.mat(g), step.val(a)], grad_of=a)))
+
+
+def _gated(bwd: str):
+    def rule(step, op, g):
+        z = op.get(op.prim)
+        dz, recomputed = step.emit_pair(op, bwd, step.mat(g), z=step.tile(z))
+        step.recomputed(op.results[0], recomputed)
+        step.contribute(z, step.grad(dz))
+
+    return rule
+
+
+def _rope(step, op, g):
+    z = op.get("rope")
+    extra = {k: v for k, v in op.args if k not in ("rope", "as", "pos", "freqs")}
+    if extra:
+        raise Unsupported(
+            f"rope with {', '.join(sorted(extra))}: the derivation handles whole-width "
+            "adjacent-pair rope",
+            op.loc,
+            "write this kernel's backward by hand",
+        )
+    for key in ("pos", "freqs"):
+        step.no_grad(op.get(key), op, f"rope's {key}")
+    pos, freqs = step.val(op.get("pos")), step.val(op.get("freqs"))
+    dz = step.emit(op, "rope_bwd", step.mat(g), pos=pos, freqs=freqs, grad_of=z)
+    step.contribute(z, step.grad(dz))
+
+
+def _leaf(step, op, g):
+    step.contribute_tensor(op.get(op.prim), g, op)
+
+
+RULES = {
+    "add": _add,
+    "sub": _sub,
+    "neg": _neg,
+    "cast": _cast,
+    "scale": _scale,
+    "mul": _mul,
+    "div": _div,
+    "square": _unary(_d_square),
+    "sqrt": _unary(_d_sqrt),
+    "rsqrt": _unary(_d_rsqrt),
+    "exp": _unary(_d_exp),
+    "log": _unary(_d_log),
+    "tanh": _unary(_d_tanh),
+    "sigmoid": _unary(_d_sigmoid),
+    "silu": _unary(_d_silu),
+    "squared_relu": _unary(_d_squared_relu),
+    "softcap": _unary(_d_softcap),
+    "gelu": _gelu,
+    "swiglu": _gated("dswiglu"),
+    "geglu": _gated("dgeglu"),
+    "rope": _rope,
+    "load_tile": _leaf,
+    "load_row": _leaf,
+    "load_col": _leaf,
+    "load_scalar": _leaf,
+}

@@ -1,0 +1,525 @@
+"""One backward step under construction: its items, what it has loaded, the gradients it holds.
+
+A :class:`StepBuilder` differentiates one forward kernel's epilogue in reverse item order
+(``differentiate``), reading forward values through ``val`` (a load of a saved tensor, or the
+forward item re-emitted over values it can read; never the forward accumulator, except in a
+kernel that re-runs that GEMM) and handing each item's gradient to its rule
+(``coda_spec.grad.rules``). Gradients are lists of :class:`~coda_spec.grad.derive.Term`;
+``mat`` turns one into a value of the step, ``store_tensor`` into a tensor in memory (``add_to``
+of its one tensor term when nothing still reads that tensor). Where each step runs is
+``coda_spec.grad.derive``'s decision.
+"""
+
+from __future__ import annotations
+
+from coda_spec.grad.facts import FKernel, Unsupported
+from coda_spec.grad.records import BStep, Item, Term, Unavailable
+from coda_spec.grad.rules import RULES
+
+_LOADS = ("load_tile", "load_row", "load_col", "load_scalar")
+
+
+class StepBuilder:
+    def __init__(self, d, bstep: BStep, acc_of: int | None = None, j: FKernel | None = None):
+        self.d, self.b, self.acc_of, self.j = d, bstep, acc_of, j
+        self.scope: dict = {}  # (forward kernel index, value) -> value name in this step
+        self.loaded: dict = {}  # (load prim, tensor) -> value name
+        self.g: dict = {}  # (forward kernel index, value) -> list[Term]
+        self.memo: dict = {}  # tuple of terms -> value (mat) or tensor (store) name
+        self.stored: dict = {}
+        self.contrib: dict = {}  # tensor loaded by the forward kernel -> list[Term]
+        self.gemm_operands: set = set()
+        self.fk: FKernel | None = None
+        self.current = ""
+        self.noted: set = set()
+        self.acc_grad = None
+
+    # ---- the three placements ------------------------------------------------------------
+
+    @classmethod
+    def dgrad(cls, d, j: FKernel, p: FKernel | None):
+        dacc, _ = d.st.dacc[j.index]
+        gemm = {"a": dacc, "b": j.w} if j.w_t else {"a": dacc, "b": f"{j.w}.T"}
+        what = f"acc = d({j.a}) before {j.name}'s row scale" if j.row_scale else f"acc = d({j.a})"
+        if p is not None:
+            what += f"; differentiates {p.name}'s epilogue"
+        b = BStep("kernel", d.fresh(f"dgrad_{j.name}"), [("gemm", gemm)], note=what)
+        s = cls(d, b, j=j)
+        s.gemm_operands = {dacc, j.w}
+        d.st.readers.get(dacc, set()).discard(("dgrad", j.index))
+        d.st.save.add(j.w)
+        return s
+
+    @classmethod
+    def host(cls, d, p: FKernel, over: str):
+        b = BStep(
+            "host",
+            d.fresh(f"{p.name}_bwd"),
+            [("over", over)],
+            note=f"differentiates {p.name}'s epilogue (no GEMM: its gradient comes in)",
+        )
+        return cls(d, b)
+
+    @classmethod
+    def recompute(cls, d, p: FKernel):
+        gemm = {"a": p.a, "b": f"{p.w}.T" if p.w_t else p.w}
+        b = BStep(
+            "kernel",
+            d.fresh(f"{p.name}_bwd"),
+            [("gemm", gemm)],
+            note=f"re-runs {p.name}'s GEMM: its backward needs the accumulator, never saved",
+        )
+        s = cls(d, b, acc_of=p.index)
+        s.gemm_operands = {p.a, p.w}
+        d.st.save |= {p.a, p.w}
+        return s
+
+    def done(self) -> BStep:
+        return self.b
+
+    # ---- items ---------------------------------------------------------------------------
+
+    def _note(self, op) -> str:
+        if op is None:
+            return ""
+        if op.loc.line in self.noted:
+            return f"grad of line {op.loc.line}"
+        self.noted.add(op.loc.line)
+        return f"grad of {self.d.source_of(op)}"
+
+    def emit(self, op, prim: str, first, name: str | None = None, grad_of=None, **kw) -> str:
+        """Append ``{prim: first, **kw, as: name}``; ``grad_of``: the result is (a part of) that
+        forward value's gradient, named ``d<value>``."""
+        base = f"d{grad_of}_by_{self.current}" if grad_of else f"{prim}_{self.current or 'acc'}"
+        name = self.d.fresh(name or base)
+        fields = [(prim, first)] + [(k, v) for k, v in kw.items()] + [("as", name)]
+        self.b.items.append(Item(fields, self._note(op)))
+        return name
+
+    def emit_pair(self, op, prim: str, first, z: str):
+        dz = self.d.fresh(f"d{op.get(op.prim)}")
+        again = self.d.fresh(f"{op.results[0]}_r")
+        self.b.items.append(Item([(prim, first), ("z", z), ("as", [dz, again])], self._note(op)))
+        return dz, again
+
+    def load(self, prim: str, tensor: str, note: str = "", save: bool = True) -> str:
+        key = (prim, tensor)
+        if key not in self.loaded:
+            self.b.items.append(Item([(prim, tensor)], note))
+            self.loaded[key] = tensor
+            if save and self.d.analysis.info(tensor) is not None and tensor not in self.d.st.grads:
+                if self.d.analysis.tensor(tensor).origin in ("input", "stored", "finalized"):
+                    self.d.st.save.add(tensor)
+        return self.loaded[key]
+
+    def grad(self, name: str) -> list:
+        return [Term(name)]
+
+    def negate(self, g: list) -> list:
+        return [Term(t.name, t.load, -t.sign) for t in g]
+
+    def mat(self, g: list, name: str | None = None) -> str:
+        key = tuple(g)
+        if key in self.memo:
+            return self.memo[key]
+        vals = [(self.load(t.load, t.name, save=False) if t.load else t.name, t.sign) for t in g]
+        if len(vals) == 1 and vals[0][1] == 1:
+            out = vals[0][0]
+        else:
+            pos = [v for v, s in vals if s > 0]
+            neg = [v for v, s in vals if s < 0]
+            base = name or f"d{self.current or 'acc'}"
+            parts = [(v, "add") for v in pos[1:]] + [(v, "sub") for v in neg]
+            acc = pos[0] if pos else None
+            for i, (v, prim) in enumerate(parts):
+                last = i == len(parts) - 1
+                label = base if last else f"{base}_part"
+                if acc is None:
+                    acc = self.emit(None, "neg", v, name=label)
+                else:
+                    acc = self.emit(None, prim, [acc, v], name=label)
+            out = acc
+        self.memo[key] = out
+        return out
+
+    def store_tensor(self, g: list, base: str, exact: bool = False) -> str:
+        """Write gradient ``g`` as a tensor and return its name: the step value's own name when
+        ``g`` is one plain value, else ``base`` made unique (``exact``: ``base`` as given, an
+        output's name). The same sum stored twice in a step is written once."""
+        key = tuple(g)
+        if key in self.stored:
+            return self.stored[key]
+        tiles = [
+            t
+            for t in g
+            if t.load == "load_tile"
+            and t.sign == 1
+            and t.name not in self.gemm_operands
+            and not self.d.st.readers.get(t.name)
+            and t.name not in self.d.st.outputs
+        ]
+        rest = [t for t in g if t is not (tiles[0] if tiles else None)]
+        if tiles and rest:
+            value = self.mat(rest, name=f"{base}_delta")
+            name = base if exact else self.d.fresh(base)
+            self.b.items.append(Item([("store", value), ("to", name), ("add_to", tiles[0].name)]))
+            self.loaded.pop(("load_tile", tiles[0].name), None)
+        else:
+            value = self.mat(g, name=base if not exact else f"{base}_sum")
+            plain = value != "acc" and value not in self._tensor_names() and not exact
+            name = value if plain else (base if exact else self.d.fresh(base))
+            self.b.items.append(
+                Item([("store", value)] + ([("to", name)] if value != name else []))
+            )
+        self.stored[key] = name
+        return name
+
+    # ---- forward values --------------------------------------------------------------------
+
+    def kind(self, value) -> str:
+        return self.fk.kind(value) if isinstance(value, str) else "scalar"
+
+    def _tensor_names(self) -> set:
+        return {t.name for t in self.d.analysis.tensors}
+
+    def recomputable(self, v: str, seen=()) -> bool:
+        if (self.fk.index, v) in self.scope:
+            return True
+        if v == "acc":
+            return self.acc_of == self.fk.index
+        op = self.fk.defining(v)
+        if op is None or op.prim in ("swiglu", "geglu", "prepass", "reduce_row", "gather_col"):
+            return False
+        if op.prim in _LOADS:
+            return True
+        for key, x in op.args:
+            if key in ("as", "dtype", "by") or key == "cols":
+                continue
+            for y in x if isinstance(x, list) else [x]:
+                if isinstance(y, str) and y not in seen:
+                    if not (self.recomputable(y, seen + (v,)) or self.fk.stored_as(y)):
+                        return False
+        return True
+
+    def val(self, v):
+        if not isinstance(v, str):
+            return v
+        key = (self.fk.index, v)
+        if key in self.scope:
+            return self.scope[key]
+        if v == "acc":
+            if self.acc_of == self.fk.index:
+                return "acc"
+            raise Unavailable(f"the accumulator of kernel '{self.fk.name}'")
+        op = self.fk.defining(v)
+        if op is None:
+            raise Unavailable(f"'{v}'")
+        stored = self.fk.stored_as(v)
+        if op.prim in _LOADS:
+            if op.prim == "load_tile":
+                name = self.load("load_tile", op.get("load_tile"))
+            else:
+                key2 = (op.prim, op.get(op.prim))
+                if key2 not in self.loaded:
+                    self.b.items.append(Item(list(op.args)))
+                    self.loaded[key2] = op.results[0]
+                    self.d.st.save.add(op.get(op.prim))
+                name = self.loaded[key2]
+        elif stored and (stored in self.d.keep or not self.recomputable(v)):
+            name = self.load("load_tile", stored)
+        elif self.recomputable(v):
+            args = []
+            for k, x in op.args:
+                if k == "as" or k in ("dtype", "by", "eps", "min", "max", "cap", "slope", "p"):
+                    args.append((k, x))
+                elif isinstance(x, list):
+                    args.append((k, [self.val(y) for y in x]))
+                else:
+                    args.append((k, self.val(x)))
+            name = v if v not in self._tensor_names() else self.d.fresh(f"{v}_r")
+            args = [(k, x) for k, x in args if k != "as"] + [("as", name)]
+            self.b.items.append(Item(args, f"recompute {self.d.source_of(op)}"))
+        else:
+            raise Unavailable(f"'{v}' (line {op.loc.line})")
+        self.scope[key] = name
+        return name
+
+    def tile(self, v: str) -> str:
+        """A saved tile (a pair op's ``z`` is read as packed pairs from memory)."""
+        stored = self.fk.stored_as(v)
+        if stored is None:
+            raise Unavailable(f"'{v}' saved (store it in the forward)")
+        name = self.load("load_tile", stored)
+        self.scope[(self.fk.index, v)] = name
+        return name
+
+    def recomputed(self, v: str, name: str) -> None:
+        self.scope[(self.fk.index, v)] = name
+
+    def no_grad(self, v, op, what: str) -> None:
+        if isinstance(v, str) and self.d.needs(self.fk.index, v):
+            raise Unsupported(
+                f"a gradient of {what} ('{v}')",
+                op.loc,
+                "mark its input 'differentiable: false', or leave it out of --wrt",
+            )
+
+    # ---- gradient bookkeeping ------------------------------------------------------------
+
+    def contribute(self, v, g: list) -> None:
+        if not isinstance(v, str) or not self.d.needs(self.fk.index, v):
+            return
+        self.g.setdefault((self.fk.index, v), []).extend(g)
+
+    def contribute_row(self, v: str, partial: str) -> None:
+        op = self.fk.defining(v)
+        if op is not None and op.prim == "load_row":
+            if op.get("repeat") or op.get("cols"):
+                raise Unsupported(
+                    "the gradient of a repeated or ranged row vector",
+                    op.loc,
+                    "write this kernel's backward by hand",
+                )
+            self._row_partial(op.get("load_row"), partial)
+        elif op is not None and op.prim == "add":
+            for x in op.get("add"):
+                if isinstance(x, str) and self.d.needs(self.fk.index, x):
+                    self.contribute_row(x, partial)
+        elif self.d.needs(self.fk.index, v):
+            raise Unsupported(
+                f"the gradient of row vector '{v}' through '{op.prim}'",
+                op.loc,
+                "write this kernel's backward by hand",
+            )
+
+    def _row_partial(self, tensor: str, partial: str) -> None:
+        if self.d.needs(None, tensor):
+            self.d.st.rows.setdefault(tensor, []).append(partial)
+            self.d.st.uses[tensor] = self.d.st.uses.get(tensor, 1) - 1
+
+    def contribute_tensor(self, tensor: str, g: list, op) -> None:
+        if not self.d.needs(None, tensor):
+            return
+        if op.prim == "load_tile":
+            self.contrib.setdefault(tensor, []).extend(g)
+        elif op.prim == "load_row":
+            self.contribute_row(op.results[0], self.emit(op, "reduce_col", "sum", of=self.mat(g)))
+        else:
+            raise Unsupported(
+                f"the gradient of '{tensor}' ({op.prim}: a per-row or scalar input)",
+                op.loc,
+                "mark it 'differentiable: false', or write this backward by hand",
+            )
+
+    # ---- a forward kernel's epilogue, in reverse -------------------------------------------
+
+    def differentiate(self, p: FKernel) -> None:
+        self.fk = p
+        for v, tensor in p.stores:
+            terms = list(self.d.st.pending.pop(tensor, []))
+            if self.j is not None and tensor == self.j.a:
+                terms += self.seed_of_a(self.j)
+            if terms:
+                self.g.setdefault((p.index, v), []).extend(terms)
+        for op in reversed(p.items):
+            self.current = op.results[0] if op.results else ""
+            if op.prim == "store":
+                continue
+            if op is p.row_scale:
+                self.row_scale_backward(p, op)
+                continue
+            if op.prim == "reduce_row":
+                self.reduce_backward(p, op)
+                continue
+            if op.prim == "gather_col":
+                self.gather_backward(p, op)
+                continue
+            g = self.g.get((p.index, op.results[0])) if op.results else None
+            if not g:
+                continue
+            rule = RULES.get(op.prim)
+            if rule is None:
+                raise Unsupported(
+                    f"'{op.prim}' has no derivative rule in coda grad",
+                    op.loc,
+                    "write this kernel's backward by hand in a backward: section",
+                )
+            rule(self, op, g)
+        if p.row_scale is None and self.d.needs(p.index, "acc"):
+            self.acc_grad = self.g.get((p.index, "acc"))
+
+    def seed_of_a(self, j: FKernel) -> list:
+        _, scaled = self.d.st.dacc[j.index]
+        if j.row_scale is not None and not scaled:
+            r = j.row_scale.get("mul")[1]
+            name = self.emit(j.row_scale, "mul", ["acc", self.load("load_col", r)], name=f"d{j.a}")
+            return [Term(name)]
+        return [Term("acc")]
+
+    def row_scale_backward(self, p: FKernel, op) -> None:
+        z, r = op.results[0], op.get("mul")[1]
+        gz = self.g.get((p.index, z))
+        if not gz:
+            return
+        dz = self.mat(gz, name=f"d{z}")
+        try:
+            zval = self.val(z)
+            dot = [zval, dz]
+        except Unavailable:
+            dot = self._orthogonal_dot(p, z)
+        part = self.emit(op, "reduce_row", "dot", of=dot, name=f"zdz_{r}_part")
+        self.d.st.zdz.setdefault(r, []).append(part)
+        self.d.st.zdz_left[r] -= 1
+        if not self.d.needs(p.index, "acc"):
+            return
+        scaled = p.a in self.d.keep or self.d.producer(p.a) is None
+        g = [Term(dz)]
+        if scaled:
+            g = [Term(self.emit(op, "mul", [dz, self.load("load_col", r)], name=f"d{z}_r"))]
+        self.acc_grad = g
+        self._scaled = scaled
+
+    def _orthogonal_dot(self, p: FKernel, z: str) -> list:
+        users = [
+            op
+            for op in p.items
+            if z in [x for _, v in op.args for x in (v if isinstance(v, list) else [v])]
+            and op.prim != "store"
+        ]
+        if len(users) == 1 and users[0].prim == "rope" and p.stored_as(users[0].results[0]):
+            y = users[0].results[0]
+            gy = self.g.get((p.index, y))
+            if gy:
+                return [self.load("load_tile", p.stored_as(y)), self.mat(gy)]
+        raise Unavailable(f"'{z}' (the deferred norm's output, for the row dot sum z dz)")
+
+    def reduce_backward(self, p: FKernel, op) -> None:
+        kind, part = op.get("reduce_row"), op.results[0]
+        stat = next((s for s in self.d.stats.values() if s.reduce is op), None)
+        if stat is not None:
+            zdz = self.d.st.zdz_done.get(stat.r)
+            if zdz is None:
+                return
+            x = op.get("of")
+            r = self.load("load_col", stat.r)
+            u = self.emit(op, "mul", [self.val(x), r], name=f"u_{x}")
+            uz = self.emit(
+                op, "mul", [u, self.load("load_col", zdz, save=False)], name=f"u_zdz_{x}"
+            )
+            t = self.emit(op, "mul", [uz, r], name=f"norm_{x}")
+            self.contribute(x, self.negate([Term(t)]))
+            return
+        fin = next(
+            (
+                s
+                for s in self.d.spec.steps
+                if getattr(s, "of", None) == part and s.kind == "finalize"
+            ),
+            None,
+        )
+        g = self.d.st.pending.pop(fin.result, None) if fin is not None else None
+        if not g:
+            return
+        if kind == "logsumexp":
+            x = op.get("of")
+            lse = self.load("load_col", fin.result)
+            shifted = self.emit(op, "sub", [self.val(x), lse])
+            prob = self.emit(op, "exp", shifted, name=f"softmax_{x}")
+            self.contribute(x, self.grad(self.emit(op, "mul", [prob, self.mat(g)])))
+            return
+        raise Unsupported(
+            f"the gradient of a '{kind}' row reduction's {fin.op} ('{fin.result}')",
+            op.loc,
+            "mark the output 'differentiable: false', or write this backward by hand",
+        )
+
+    def gather_backward(self, p: FKernel, op) -> None:
+        g = self.g.get((p.index, op.results[0]))
+        if not g:
+            return
+        hot = self.emit(op, "onehot", op.get("index"), name=f"onehot_{op.get('index')}")
+        self.contribute(op.get("gather_col"), self.grad(self.emit(op, "mul", [hot, self.mat(g)])))
+
+    # ---- what leaves the step --------------------------------------------------------------
+
+    def finish_inputs_of(self, p: FKernel) -> None:
+        """Store what p's epilogue gave the tensors it loads, then p's own d(acc)."""
+        later = []
+        for tensor, g in self.contrib.items():
+            self.d.st.uses[tensor] -= 1
+            if self.d.producer(tensor) is None and self.d.st.uses[tensor] == 0:
+                self.finish_tensor(tensor, g)
+            else:
+                later.append((tensor, g))
+        self._store_acc(p)
+        for tensor, g in later:
+            name = self.store_tensor(g, f"d{tensor}")
+            self.d.st.pending.setdefault(tensor, []).append(Term(name, "load_tile"))
+
+    def _store_acc(self, p: FKernel) -> None:
+        if self.acc_grad:
+            scaled = getattr(self, "_scaled", False)
+            base = p.row_scale.results[0] if p.row_scale is not None else self._acc_value(p)
+            name = self.store_tensor(self.acc_grad, f"d{base}")
+            self.d.st.dacc[p.index] = (name, scaled)
+            readers = set()
+            if self.d.needs(None, p.a):
+                readers.add(("dgrad", p.index))
+            if p.w in self.d.wrt:
+                readers.add(("wgrad", p.index))
+            self.d.st.readers.setdefault(name, set()).update(readers)
+            if scaled or p.row_scale is None and self.d.producer(p.a) is None:
+                self.d.st.wgrad_a[p.index] = p.a
+                self.d.st.save.add(p.a)
+
+    def _acc_value(self, p: FKernel) -> str:
+        """The forward value whose gradient d(acc) is (x2 for ``x2 = acc + x1``), to name it."""
+        for op in p.items:
+            if op.prim in _LOADS:
+                continue
+            if op.results and self.g.get((p.index, op.results[0])) == self.acc_grad:
+                return op.results[0]
+        return f"{p.name}_acc"
+
+    def finish_tensor(self, tensor: str, g: list) -> None:
+        """The last contribution to an input's gradient: add a derived statistic's norm term
+        (``-(x r) zdz r``) and store it as the produced gradient."""
+        g = list(g) + self.d.st.pending.pop(tensor, [])
+        for s in self.d.stats.values():
+            if s.kernel is None and s.x == tensor and s.r in self.d.st.zdz_done:
+                x = self.load("load_tile", tensor)
+                r = self.load("load_col", s.r)
+                self.current = tensor
+                u = self.emit(None, "mul", [x, r], name=f"u_{tensor}")
+                uz = self.emit(
+                    None, "mul", [u, self.load("load_col", self.d.st.zdz_done[s.r], save=False)]
+                )
+                g += self.negate([Term(self.emit(None, "mul", [uz, r], name=f"norm_{tensor}"))])
+                self.d.st.uses[tensor] -= 1
+        name = self.d.output_name(tensor)
+        out = self.store_tensor(g, name, exact=True)
+        if out != name:  # the same sum is already a tensor: write it again under its name
+            self.b.items.append(Item([("store", self.mat(g)), ("to", name)]))
+        self.d.st.outputs[name] = self.d.spec.tensor(tensor).dtype
+
+    def wgrad_operand(self, j: FKernel) -> None:
+        """In j's dgrad epilogue: the A operand j's weight gradient reads, unless saved."""
+        if j.w not in self.d.wrt or j.index in self.d.st.wgrad_a or j.index not in self.d.st.dacc:
+            return
+        va = self.fk.stored_value(j.a)
+        _, scaled = self.d.st.dacc[j.index]
+        if j.a in self.d.keep:
+            self.d.st.wgrad_a[j.index] = j.a
+            self.d.st.save.add(j.a)
+            return
+        self.current = va
+        value = self.val(va)
+        if j.row_scale is not None and not scaled:
+            r = self.load("load_col", j.row_scale.get("mul")[1])
+            value = self.emit(j.row_scale, "mul", [value, r], name=f"v_{j.a}")
+        elif value == j.a:  # read back from memory: wgrad reads the saved tensor itself
+            self.d.st.wgrad_a[j.index] = j.a
+            return
+        name = value if value not in self._tensor_names() else self.d.fresh(f"{j.a}_r")
+        self.b.items.append(Item([("store", value)] + ([("to", name)] if name != value else [])))
+        self.d.st.wgrad_a[j.index] = name
