@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coda_spec.dtypes import names
-from coda_spec.grad.derive import Derivation
+from coda_spec.grad.derive import Derivation, words
 from coda_spec.grad.facts import Unsupported, read_forward
 from coda_spec.grad.text import section, with_backward, without_backward
 
@@ -94,6 +94,10 @@ def derive_text(checked, wrt=None, incoming=None, policy: str = "min", keep=()) 
         checked.source.lines,
     )
     steps = d.run()
+    used = set(words(steps))
+    for g in [g for g, t in d.st.grads.items() if g not in d.st.outputs and g not in used]:
+        del d.st.grads[g]  # an incoming gradient that reaches no wanted input is not taken
+    incoming = tuple(t for g, t in d.st.grads.items() if g not in d.st.outputs)
     missing = [t for t in wrt if t not in d.st.grads.values()]
     if missing:
         raise Unsupported(

@@ -26,7 +26,7 @@ forward item.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coda_spec.grad.facts import FKernel, Unsupported
 from coda_spec.grad.records import BStep, Item, Term, Unavailable
@@ -50,6 +50,7 @@ class State:
     names: set
     outputs: dict  # produced gradient -> dtype
     grads: dict  # gradient name -> forward tensor
+    tensors: set = field(default_factory=set)  # tensors the backward steps write
 
 
 class Derivation:
@@ -163,6 +164,16 @@ class Derivation:
     def kernel_backward(self, p: FKernel) -> None:
         if not self.live(p) or not (self.needs(p.index, "acc") or self._loads_need(p)):
             return
+        for op in p.items:
+            if op.prim == "prepass":
+                raise Unsupported(
+                    f"kernel '{p.name}': a prepass statistic ({op.get('prepass')} per "
+                    f"{op.get('group') or 'row'}): its backward needs a per-group row dot of the "
+                    "incoming gradient before the same epilogue can use it",
+                    op.loc,
+                    "write this kernel's backward by hand (a host step over the incoming "
+                    "gradient can hold whole heads)",
+                )
         placements = []
         cons = self.consumers(p)
         if len(cons) > 1:
@@ -212,7 +223,8 @@ class Derivation:
         step.finish_inputs_of(p)
         if how == "dgrad":
             step.wgrad_operand(j)
-        self.steps.append(step.done())
+        if step.done().items:  # a host step with nothing to do (d(acc) is the incoming) is left out
+            self.steps.append(step.done())
         self.after_step()
         if how == "dgrad":
             self.wgrad(j)
@@ -311,10 +323,12 @@ def _copy_state(st: State) -> State:
         set(st.names),
         dict(st.outputs),
         dict(st.grads),
+        set(st.tensors),
     )
 
 
-def _words(steps):
+def words(steps):
+    """Every name the steps mention (``x.T`` as ``x``)."""
     for s in steps:
         yield s.name
         for _, v in s.head:
@@ -337,7 +351,7 @@ def _leaves(v):
 
 def _short_names(steps) -> list:
     """``dx2_by_h2`` -> ``dx2`` where it is the only gradient of x2 by that base name."""
-    used = set(_words(steps))
+    used = set(words(steps))
     by = {}
     for w in used:
         if "_by_" in w:

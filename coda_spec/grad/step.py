@@ -149,6 +149,8 @@ class StepBuilder:
         key = tuple(g)
         if key in self.stored:
             return self.stored[key]
+        if len(g) == 1 and g[0].load == "load_tile" and g[0].sign == 1 and not exact:
+            return g[0].name  # already a tensor: nothing to write
         tiles = [
             t
             for t in g
@@ -172,6 +174,7 @@ class StepBuilder:
                 Item([("store", value)] + ([("to", name)] if value != name else []))
             )
         self.stored[key] = name
+        self.d.st.tensors.add(name)
         return name
 
     # ---- forward values --------------------------------------------------------------------
@@ -180,7 +183,7 @@ class StepBuilder:
         return self.fk.kind(value) if isinstance(value, str) else "scalar"
 
     def _tensor_names(self) -> set:
-        return {t.name for t in self.d.analysis.tensors}
+        return {t.name for t in self.d.analysis.tensors} | set(self.d.st.grads) | self.d.st.tensors
 
     def recomputable(self, v: str, seen=()) -> bool:
         if (self.fk.index, v) in self.scope:
@@ -373,7 +376,8 @@ class StepBuilder:
         if not self.d.needs(p.index, "acc"):
             return
         scaled = p.a in self.d.keep or self.d.producer(p.a) is None
-        g = [Term(dz)]
+        alias = len(gz) == 1 and gz[0].load == "load_tile" and gz[0].sign == 1
+        g = gz if alias else [Term(dz)]
         if scaled:
             g = [Term(self.emit(op, "mul", [dz, self.load("load_col", r)], name=f"d{z}_r"))]
         self.acc_grad = g
@@ -438,6 +442,7 @@ class StepBuilder:
         if not g:
             return
         hot = self.emit(op, "onehot", op.get("index"), name=f"onehot_{op.get('index')}")
+        self.d.st.save.add(op.get("index"))
         self.contribute(op.get("gather_col"), self.grad(self.emit(op, "mul", [hot, self.mat(g)])))
 
     # ---- what leaves the step --------------------------------------------------------------
