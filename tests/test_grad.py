@@ -30,6 +30,10 @@ DERIVED = {
     "f4_norm_rope": ("specs/f4_norm_rope.yaml", "min"),
     "f5_norm_lmhead_lse": ("specs/f5_norm_lmhead_lse.yaml", "min"),
     "relu2_mlp_tutorial": ("tests/grad_specs/relu2_mlp_tutorial.yaml", "balanced"),
+    "gemma_norm_mlp": ("tests/grad_specs/gemma_norm_mlp.yaml", "min"),
+    "geglu_mlp_block": ("tests/grad_specs/geglu_mlp_block.yaml", "min"),
+    "relu2_mlp_norm": ("tests/grad_specs/relu2_mlp_norm.yaml", "min"),
+    "layerscale_residual": ("tests/grad_specs/layerscale_residual.yaml", "min"),
 }
 ROUND3 = sorted((ROOT / "tests" / "grad_specs").glob("*.yaml"))
 

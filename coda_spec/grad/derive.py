@@ -199,9 +199,10 @@ class Derivation:
                 self.st, last = saved, e
                 del self.steps[n:]
         raise Unsupported(
-            f"kernel '{p.name}': its backward needs {last} in a step that cannot read it",
+            f"kernel '{p.name}': its backward needs {last}, which no backward step can read "
+            "or recompute",
             p.kernel.loc,
-            "save it (store it in the forward) or write this kernel's backward by hand",
+            last.hint or "store it in the forward, or write this kernel's backward by hand",
         )
 
     def _loads_need(self, p: FKernel) -> bool:

@@ -32,4 +32,8 @@ class BStep:
 
 
 class Unavailable(Exception):
-    """A forward value the current backward step cannot read or recompute."""
+    """A forward value the current backward step cannot read or recompute; ``hint``: the fix."""
+
+    def __init__(self, what: str, hint: str = ""):
+        super().__init__(what)
+        self.hint = hint

@@ -46,7 +46,7 @@ def _scale(step, op, g):
 def _mul(step, op, g):
     a, b = op.get("mul")
     for x, other in ((a, b), (b, a)):
-        if _num(x):
+        if not step.wants(x):
             continue
         if _num(other):
             step.contribute(x, step.grad(step.emit(op, "scale", step.mat(g), by=other, grad_of=x)))
@@ -66,8 +66,10 @@ def _div(step, op, g):
         step.contribute(a, step.grad(step.emit(op, "scale", step.mat(g), by=1.0 / b)))
         return
     q = step.emit(op, "div", [step.mat(g), step.val(b)])
-    if not _num(a):
+    if step.wants(a):
         step.contribute(a, step.grad(q))
+    if not step.wants(b):
+        return
     t = step.emit(op, "mul", [q, step.val(op.results[0])])
     step.contribute(b, step.negate(step.grad(t)))
 
@@ -77,6 +79,8 @@ def _unary(build):
 
     def rule(step, op, g):
         a = op.get(op.prim)
+        if not step.wants(a):
+            return
         d = build(step, op, a, op.results[0])
         step.contribute(a, step.grad(step.emit(op, "mul", [step.mat(g), d], grad_of=a)))
 
@@ -132,12 +136,16 @@ def _d_softcap(step, op, a, res):
 
 def _gelu(step, op, g):
     a = op.get("gelu")
+    if not step.wants(a):
+        return
     step.contribute(a, step.grad(step.emit(op, "dgelu", [step.mat(g), step.val(a)], grad_of=a)))
 
 
 def _gated(bwd: str):
     def rule(step, op, g):
         z = op.get(op.prim)
+        if not step.wants(z):
+            return
         dz, recomputed = step.emit_pair(op, bwd, step.mat(g), z=step.tile(z))
         step.recomputed(op.results[0], recomputed)
         step.contribute(z, step.grad(dz))
@@ -147,6 +155,8 @@ def _gated(bwd: str):
 
 def _rope(step, op, g):
     z = op.get("rope")
+    if not step.wants(z):
+        return
     extra = {k: v for k, v in op.args if k not in ("rope", "as", "pos", "freqs")}
     if extra:
         raise Unsupported(

@@ -161,7 +161,7 @@ class StepBuilder:
             and t.name not in self.d.st.outputs
         ]
         rest = [t for t in g if t is not (tiles[0] if tiles else None)]
-        if tiles and rest:
+        if tiles and rest and key not in self.memo:  # (a sum already in registers is stored)
             value = self.mat(rest, name=f"{base}_delta")
             name = base if exact else self.d.fresh(base)
             self.b.items.append(Item([("store", value), ("to", name), ("add_to", tiles[0].name)]))
@@ -178,6 +178,10 @@ class StepBuilder:
         return name
 
     # ---- forward values --------------------------------------------------------------------
+
+    def wants(self, value) -> bool:
+        """A forward value whose gradient reaches a wanted input (never a number)."""
+        return isinstance(value, str) and self.d.needs(self.fk.index, value)
 
     def kind(self, value) -> str:
         return self.fk.kind(value) if isinstance(value, str) else "scalar"
@@ -204,16 +208,45 @@ class StepBuilder:
                         return False
         return True
 
+    def _new_tiles(self, v: str, seen=()) -> int:
+        """Tiles not yet loaded in this step that recomputing ``v`` would read."""
+        if (self.fk.index, v) in self.scope or v == "acc":
+            return 0
+        op = self.fk.defining(v)
+        if op is None:
+            return 0
+        if op.prim == "load_tile":
+            return 0 if ("load_tile", op.get("load_tile")) in self.loaded else 1
+        n = 0
+        for key, x in op.args:
+            if key in ("as", "dtype", "by", "cols"):
+                continue
+            for y in x if isinstance(x, list) else [x]:
+                if isinstance(y, str) and y not in seen:
+                    stored = self.fk.stored_as(y)
+                    if stored and ("load_tile", stored) in self.loaded:
+                        continue
+                    n += self._new_tiles(y, seen + (v,))
+        return n
+
     def val(self, v):
         if not isinstance(v, str):
             return v
         key = (self.fk.index, v)
         if key in self.scope:
             return self.scope[key]
+        if v == "acc" and self.acc_of != self.fk.index:
+            if self.fk.stored_as("acc") is None:
+                raise Unavailable(
+                    f"the accumulator of kernel '{self.fk.name}'",
+                    "store it in the forward ('- {store: acc, to: NAME}', NAME an output "
+                    "marked differentiable: false), or write this kernel's backward by hand",
+                )
+            name = self.load("load_tile", self.fk.stored_as("acc"))
+            self.scope[key] = name
+            return name
         if v == "acc":
-            if self.acc_of == self.fk.index:
-                return "acc"
-            raise Unavailable(f"the accumulator of kernel '{self.fk.name}'")
+            return "acc"
         op = self.fk.defining(v)
         if op is None:
             raise Unavailable(f"'{v}'")
@@ -228,7 +261,9 @@ class StepBuilder:
                     self.loaded[key2] = op.results[0]
                     self.d.st.save.add(op.get(op.prim))
                 name = self.loaded[key2]
-        elif stored and (stored in self.d.keep or not self.recomputable(v)):
+        elif stored and (
+            stored in self.d.keep or not self.recomputable(v) or self._new_tiles(v) > 0
+        ):  # a recompute that reads more tiles than the saved value is not worth it
             name = self.load("load_tile", stored)
         elif self.recomputable(v):
             args = []
@@ -251,7 +286,7 @@ class StepBuilder:
         """A saved tile (a pair op's ``z`` is read as packed pairs from memory)."""
         stored = self.fk.stored_as(v)
         if stored is None:
-            raise Unavailable(f"'{v}' saved (store it in the forward)")
+            raise Unavailable(f"'{v}' saved", f"store '{v}' in the forward (a pair op reads it)")
         name = self.load("load_tile", stored)
         self.scope[(self.fk.index, v)] = name
         return name
