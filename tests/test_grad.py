@@ -34,6 +34,7 @@ DERIVED = {
     "geglu_mlp_block": ("tests/grad_specs/geglu_mlp_block.yaml", "min"),
     "relu2_mlp_norm": ("tests/grad_specs/relu2_mlp_norm.yaml", "min"),
     "layerscale_residual": ("tests/grad_specs/layerscale_residual.yaml", "min"),
+    "layer_norm_chain": ("tests/grad_specs/layer_norm_chain.yaml", "min"),
 }
 ROUND3 = sorted((ROOT / "tests" / "grad_specs").glob("*.yaml"))
 
@@ -138,9 +139,23 @@ def test_a_prepass_is_a_located_limit(tmp_path, capsys):
 
 
 def test_a_forward_host_step_is_a_located_limit(tmp_path, capsys):
-    code, _ = _run(tmp_path, (ROOT / "tests/specs_extra/layer_norm_host.yaml").read_text())
+    """A host step is derived only as a LayerNorm over a stored tensor: layer_norm_host's norm
+    reads the GEMM's fp32 accumulator store and its own var arithmetic, so it is refused."""
+    text = (ROOT / "tests/specs_extra/host_elementwise.yaml").read_text()
+    code, _ = _run(tmp_path, text)
     err = capsys.readouterr().err
-    assert code == 2 and "host step 'norm'" in err and "by hand" in err
+    assert code == 2 and "a forward host step is derived only when it is a LayerNorm" in err
+
+
+def test_layer_norm_takes_one_pass():
+    """The LayerNorm backward finishes dx in the dgrad epilogue of the GEMM after the norm
+    (its row sums come from the step before): no fp32 round trip, no host step over dx."""
+    derived = derive_text(_forward("tests/grad_specs/layer_norm_chain.yaml"))
+    text = derived.backward
+    dgrad = text[text.index("kernel: dgrad_up_proj") : text.index("kernel: wgrad_up_proj")]
+    assert "add_to: d_x1" in dgrad and "dtype: fp32" not in dgrad
+    hosts = [ln for ln in text.splitlines() if ln.strip().startswith("- host:")]
+    assert all("times" in h or "up_proj_bwd" in h for h in hosts), hosts
 
 
 def test_a_derivation_that_fails_its_proof_is_a_tool_failure(tmp_path, capsys, monkeypatch):

@@ -51,6 +51,9 @@ class State:
     outputs: dict  # produced gradient -> dtype
     grads: dict  # gradient name -> forward tensor
     tensors: set = field(default_factory=set)  # tensors the backward steps write
+    lnparts: dict = field(default_factory=dict)  # LayerNorm host -> {kind: row-sum partial}
+    lndone: dict = field(default_factory=dict)  # LayerNorm host -> {kind: finalized mean}
+    vectors: dict = field(default_factory=dict)  # (weight, vector) -> the finalized W @ v
 
 
 class Derivation:
@@ -149,7 +152,7 @@ class Derivation:
     def run(self) -> list:
         for p in reversed(self.kernels):
             self.kernel_backward(p)
-        return _short_names(self.steps)
+        return _short_names(_fold_copies(self.steps, set(self.st.grads)))
 
     def live(self, p: FKernel) -> bool:
         """p's epilogue has a gradient to differentiate: an incoming or accumulated gradient
@@ -186,6 +189,13 @@ class Derivation:
             )
         if cons:
             placements.append(("dgrad", cons[0]))
+        elif p.ln is not None:
+            raise Unsupported(
+                f"LayerNorm host step '{p.name}': its output '{p.ln.out}' feeds no GEMM; the "
+                "derivation takes a LayerNorm's row sums from the GEMM after it",
+                p.kernel.loc,
+                "write its backward by hand in a backward: section",
+            )
         else:
             placements += [("host", None), ("recompute", None)]
         last = None
@@ -209,6 +219,46 @@ class Derivation:
         return any(
             op.prim.startswith("load_") and self.needs(None, op.get(op.prim)) for op in p.items
         )
+
+    def ln_of(self, tensor: str):
+        """The LayerNorm unit whose output ``tensor`` is, if any."""
+        return next((k.ln for k in self.kernels if k.ln is not None and k.ln.out == tensor), None)
+
+    def weight_vector(self, k: FKernel, vector: str | None) -> str:
+        """``W @ v`` for kernel k's weight and a row vector input (None: the ones vector, the
+        row sums of W): a host step over W, once."""
+        key = (k.w, vector)
+        if key in self.st.vectors:
+            return self.st.vectors[key]
+        if not k.w_t:
+            raise Unsupported(
+                f"kernel '{k.name}' reads its weight as '{k.w}' (not '{k.w}.T'): the LayerNorm "
+                "backward's W @ gamma is a row reduction over a (out, in) weight",
+                k.kernel.gemm.loc,
+                "write this backward by hand",
+            )
+        label = vector or "ones"
+        part, name = self.fresh(f"{k.w}_{label}_part"), self.fresh(f"{k.w}_{label}")
+        step = BStep(
+            "host",
+            self.fresh(f"{k.w}_times_{label}"),
+            [("over", k.w)],
+            note=f"{name} = {k.w} @ {label}, for the LayerNorm backward's row sums",
+        )
+        step.items.append(Item([("load_tile", k.w)]))
+        prod = k.w
+        if vector is not None:
+            prod = self.fresh(f"{k.w}_x_{vector}")
+            step.items += [
+                Item([("load_row", vector)]),
+                Item([("mul", [k.w, vector]), ("as", prod)]),
+            ]
+        step.items.append(Item([("reduce_row", "sum"), ("of", prod), ("as", part)]))
+        self.steps.append(step)
+        self.steps.append(BStep("finalize", "", [("finalize", "sum"), ("of", part), ("as", name)]))
+        self.st.save |= {k.w} | ({vector} if vector else set())
+        self.st.vectors[key] = name
+        return name
 
     def place(self, p: FKernel, how: str, j: FKernel | None) -> None:
         if how == "dgrad":
@@ -249,7 +299,25 @@ class Derivation:
         self.wgrad(p)
 
     def after_step(self) -> None:
-        """Finalize what the last step completed: zdz of statistics, vector gradients."""
+        """Finalize what the last step completed: zdz of statistics, LayerNorm row sums,
+        vector gradients."""
+        for host, parts in self.st.lnparts.items():
+            if host in self.st.lndone:
+                continue
+            unit = next(k.ln for k in self.kernels if k.ln is not None and k.ln.host == host)
+            done = {}
+            for kind, part in parts.items():
+                name = self.fresh(f"{kind}_{unit.out}")
+                self.steps.append(
+                    BStep(
+                        "finalize",
+                        "",
+                        [("finalize", "mean"), ("of", part), ("n", unit.n), ("as", name)],
+                        note=f"LayerNorm '{host}' backward: mean over {unit.n} of {kind}",
+                    )
+                )
+                done[kind] = name
+            self.st.lndone[host] = done
         for r, parts in self.st.zdz.items():
             if parts and self.st.zdz_left[r] == 0 and r not in self.st.zdz_done:
                 stat = self.stats[r]
@@ -325,6 +393,9 @@ def _copy_state(st: State) -> State:
         dict(st.outputs),
         dict(st.grads),
         set(st.tensors),
+        {k: dict(v) for k, v in st.lnparts.items()},
+        {k: dict(v) for k, v in st.lndone.items()},
+        dict(st.vectors),
     )
 
 
@@ -348,6 +419,41 @@ def _leaves(v):
             yield from _leaves(x)
     elif isinstance(v, str):
         yield v.removesuffix(".T")
+
+
+def _rename(steps, old: str, new: str) -> None:
+    def sub(v):
+        if isinstance(v, dict):
+            return {k: sub(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [sub(x) for x in v]
+        if isinstance(v, str) and v.removesuffix(".T") == old:
+            return new + (".T" if v.endswith(".T") else "")
+        return v
+
+    for s in steps:
+        s.head = [(k, sub(v)) for k, v in s.head]
+        for item in s.items:
+            item.fields = [(k, sub(v)) for k, v in item.fields]
+
+
+def _fold_copies(steps, fixed: set) -> list:
+    """A host step that only copies tensor A to B (an input's gradient that equals a tensor an
+    earlier step wrote) is dropped, and that earlier step writes B directly."""
+    out = []
+    for s in steps:
+        fields = [i.fields for i in s.items]
+        if (
+            s.kind == "host"
+            and len(fields) == 2
+            and fields[0][0][0] == "load_tile"
+            and fields[1][0] == ("store", fields[0][0][1])
+            and fields[0][0][1] not in fixed
+        ):
+            _rename(out, fields[0][0][1], dict(fields[1])["to"])
+            continue
+        out.append(s)
+    return out
 
 
 def _short_names(steps) -> list:

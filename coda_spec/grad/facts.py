@@ -11,8 +11,9 @@ command turns it into a located error (``coda_spec.grad``'s docstring says what 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from coda_spec.grad.layernorm import match
 from coda_spec.ir import Finalize, Host, Kernel, Op
 
 
@@ -35,6 +36,7 @@ class FKernel:
     kinds: tuple  # ((value, kind), ...): tile | row | col | scalar
     stores: tuple  # ((value, tensor), ...)
     row_scale: Op | None  # the item ``mul: [acc, r]`` of a deferred norm statistic r
+    ln: object = None  # a host step that is a LayerNorm (coda_spec.grad.layernorm); a = w = ""
 
     @property
     def name(self) -> str:
@@ -110,10 +112,21 @@ def read_forward(checked) -> tuple[tuple, tuple]:
     kernels, partial_of, stats = [], {}, []
     for index, (step, info) in enumerate(zip(spec.steps, checked.analysis.steps, strict=True)):
         if isinstance(step, Host):
-            raise Unsupported(
-                f"host step '{step.name}': forward host steps have no derived backward yet",
-                step.loc,
-                "write its backward by hand in a backward: section",
+            unit = match(step, spec)
+            if unit is None:
+                raise Unsupported(
+                    f"host step '{step.name}': a forward host step is derived only when it is "
+                    "a LayerNorm ((x - mu) * rsqrt(var + eps) [* gamma] [+ beta], mu and var "
+                    "finalized from a kernel's sum and sumsq of x)",
+                    step.loc,
+                    "write its backward by hand in a backward: section",
+                )
+            stores = tuple(
+                (op.get("store"), _store_target(op)) for op in step.body if op.prim == "store"
+            )
+            kinds = tuple((n, v.kind) for n, v in info.values)
+            kernels.append(
+                FKernel(index, step, "", "", False, step.body, kinds, stores, None, unit)
             )
         if isinstance(step, Kernel):
             fk = _fkernel(index, step, info)
@@ -138,7 +151,7 @@ def read_forward(checked) -> tuple[tuple, tuple]:
     kernels = [
         k
         if k.row_scale is None or k.row_scale.get("mul")[1] in names
-        else FKernel(k.index, k.kernel, k.a, k.w, k.w_t, k.items, k.kinds, k.stores, None)
+        else replace(k, row_scale=None)
         for k in kernels
     ]
     return tuple(kernels), tuple(stats)

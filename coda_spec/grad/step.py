@@ -87,13 +87,15 @@ class StepBuilder:
         self.noted.add(op.loc.line)
         return f"grad of {self.d.source_of(op)}"
 
-    def emit(self, op, prim: str, first, name: str | None = None, grad_of=None, **kw) -> str:
+    def emit(
+        self, op, prim: str, first, name: str | None = None, grad_of=None, note=None, **kw
+    ) -> str:
         """Append ``{prim: first, **kw, as: name}``; ``grad_of``: the result is (a part of) that
         forward value's gradient, named ``d<value>``."""
         base = f"d{grad_of}_by_{self.current}" if grad_of else f"{prim}_{self.current or 'acc'}"
         name = self.d.fresh(name or base)
         fields = [(prim, first)] + [(k, v) for k, v in kw.items()] + [("as", name)]
-        self.b.items.append(Item(fields, self._note(op)))
+        self.b.items.append(Item(fields, note if note is not None else self._note(op)))
         return name
 
     def emit_pair(self, op, prim: str, first, z: str):
@@ -359,6 +361,9 @@ class StepBuilder:
                 terms += self.seed_of_a(self.j)
             if terms:
                 self.g.setdefault((p.index, v), []).extend(terms)
+        if p.ln is not None:
+            self.ln_backward(p)
+            return
         for op in reversed(p.items):
             self.current = op.results[0] if op.results else ""
             if op.prim == "store":
@@ -385,6 +390,77 @@ class StepBuilder:
             rule(self, op, g)
         if p.row_scale is None and self.d.needs(p.index, "acc"):
             self.acc_grad = self.g.get((p.index, "acc"))
+        if self.d.ln_of(p.a) is not None and self.acc_grad:
+            self.ln_partials(p)
+
+    def ln_partials(self, p: FKernel) -> None:
+        """In the step holding d(acc) of the GEMM that reads a LayerNorm's output: the row sums
+        that LayerNorm's backward needs (``coda_spec.grad.layernorm``)."""
+        unit = self.d.ln_of(p.a)
+        if p.row_scale is not None:
+            raise Unsupported(
+                f"kernel '{p.name}' row-scales a LayerNorm's output",
+                p.row_scale.loc,
+                "write this backward by hand",
+            )
+        self.current = f"{p.name}_acc"
+        d = self.mat(self.acc_grad, name=f"d{p.name}_acc")
+        z = self.val("acc")
+        parts = {
+            "zdz": self.emit(None, "reduce_row", "dot", of=[z, d], name=f"zdz_{unit.out}_part")
+        }
+        for kind, vec in (("gdz", unit.gamma_t), ("bdz", unit.beta_t)):
+            if kind == "bdz" and vec is None:
+                continue
+            c = self.load("load_row", self.d.weight_vector(p, vec), save=False)
+            prod = self.emit(None, "mul", [d, c], name=f"{d}_{c}")
+            parts[kind] = self.emit(
+                None, "reduce_row", "sum", of=prod, name=f"{kind}_{unit.out}_part"
+            )
+        self.d.st.lnparts[unit.host] = parts
+
+    def ln_backward(self, p: FKernel) -> None:
+        """``dx = rstd (g gamma - mean(g gamma) - xhat mean(g gamma xhat))`` in the dgrad
+        epilogue of the GEMM after the LayerNorm, from the row sums ``ln_partials`` took."""
+        unit = p.ln
+        gl = self.g.get((p.index, unit.out_value))
+        if not gl:
+            return
+        done = self.d.st.lndone.get(unit.host)
+        if done is None:
+            raise Unavailable(f"the row sums of LayerNorm '{unit.host}'")
+        op = None
+        first = f"grad of LayerNorm host step '{unit.host}' (line {p.kernel.loc.line})"
+        self.current = unit.out_value
+        g = self.mat(gl, name=f"d{unit.out}")
+        xhat, rstd = self.val(unit.xhat), self.val(unit.rstd)
+        gx = g
+        if unit.gamma is not None:
+            gx = self.emit(op, "mul", [g, self.val(unit.gamma)], name=f"d{unit.xhat}", note=first)
+            first = ""
+            if self.wants(unit.gamma):
+                part = self.emit(op, "reduce_col", "dot", of=[g, xhat], name=f"d{unit.gamma}_part")
+                self.contribute_row(unit.gamma, part)
+        if unit.beta is not None and self.wants(unit.beta):
+            self.val(unit.beta)
+            part = self.emit(op, "reduce_col", "sum", of=g, name=f"d{unit.beta}_part")
+            self.contribute_row(unit.beta, part)
+        mean_g = self.load("load_col", done["gdz"], save=False)
+        mean_gx = self.load("load_col", done["zdz"], save=False)
+        if "bdz" in done:
+            mean_gx = self.emit(
+                op,
+                "sub",
+                [mean_gx, self.load("load_col", done["bdz"], save=False)],
+                name=f"mean_{unit.xhat}_g",
+            )
+        t = self.emit(op, "sub", [gx, mean_g], name=f"{unit.xhat}_centered_g", note=first)
+        t = self.emit(
+            op, "sub", [t, self.emit(op, "mul", [xhat, mean_gx])], name=f"{unit.xhat}_proj"
+        )
+        dx = self.emit(op, "mul", [t, rstd], name=f"d{unit.x}_ln")
+        load = next(o for o in p.items if o.prim == "load_tile" and o.get("load_tile") == unit.x)
+        self.contribute_tensor(unit.x, [Term(dx)], load)
 
     def seed_of_a(self, j: FKernel) -> list:
         _, scaled = self.d.st.dacc[j.index]
@@ -493,8 +569,11 @@ class StepBuilder:
                 later.append((tensor, g))
         self._store_acc(p)
         for tensor, g in later:
+            # accumulate into the tensor's gradient already in memory (an incoming one), so the
+            # step that finishes it reads one tensor, not two
+            g = list(g) + self.d.st.pending.pop(tensor, [])
             name = self.store_tensor(g, f"d{tensor}")
-            self.d.st.pending.setdefault(tensor, []).append(Term(name, "load_tile"))
+            self.d.st.pending[tensor] = [Term(name, "load_tile")]
 
     def _store_acc(self, p: FKernel) -> None:
         if self.acc_grad:

@@ -21,7 +21,10 @@ def scalar(v) -> str:
         return "true" if v else "false"
     if isinstance(v, float):
         text = repr(v)
-        return text if ("e" in text or "." in text) else text + ".0"
+        mantissa, _, exp = text.partition("e")
+        if "." not in mantissa and mantissa not in ("inf", "-inf", "nan"):
+            mantissa += ".0"
+        return mantissa + ("e" + exp if exp else "")
     if isinstance(v, int):
         return str(v)
     if isinstance(v, list):
