@@ -7,7 +7,7 @@
 #       forward's name; each spec file resolves to the build of its own content)
 # then on the device, with carry [".device", "build"]:
 #   bash benchmarks/grad_device.sh
-# DERIVED lists the derived specs to verify; PAIRS the "hand-written derived" spec pairs to
+# DERIVED lists the derived specs to verify; PAIRS the lines "hand-written derived..." to
 # bench (one home: this file; EXTRA_DERIVED adds to it). Logs go to /tmp/coda-grad/, packed after
 # every part into $OUT/grad.tar.gz; the parts stop by BUDGET_S (default 570 s) after the start.
 set -o pipefail
@@ -29,10 +29,10 @@ if [ -z "${BENCH_ONLY:-}" ]; then
   timeout "$(left 240)" python3 -m coda_spec.cli verify $DERIVED --seed 20261202 2>&1 \
     | tee "$out/verify-derived.log"; pack
 fi
-echo "$PAIRS" | while read -r hand derived; do
-  [ -n "$hand" ] || continue
-  name=$(basename "$derived" .yaml)
-  timeout "$(left 240)" python3 -m coda_spec.cli bench "$hand" "$derived" --m 16384 \
+echo "$PAIRS" | while read -r line; do  # each line: the hand-written target, then derived ones
+  [ -n "$line" ] || continue
+  name=$(basename "${line##* }" .yaml)
+  timeout "$(left 240)" python3 -m coda_spec.cli bench $line --m 16384 \
     --baselines "${BASELINES:-none}" --out "$out/bench-$name" 2>&1 | tee "$out/bench-$name.log"
   pack
 done

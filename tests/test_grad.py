@@ -35,6 +35,7 @@ DERIVED = {
     "relu2_mlp_norm": ("tests/grad_specs/relu2_mlp_norm.yaml", "min"),
     "layerscale_residual": ("tests/grad_specs/layerscale_residual.yaml", "min"),
     "layer_norm_chain": ("tests/grad_specs/layer_norm_chain.yaml", "min"),
+    "layer_norm_chain_max": ("tests/grad_specs/layer_norm_chain.yaml", "max"),
 }
 ROUND3 = sorted((ROOT / "tests" / "grad_specs").glob("*.yaml"))
 
@@ -199,3 +200,18 @@ def test_the_command_line(tmp_path):
     assert out.read_text().startswith(Path(ROOT / "specs/f4_norm_rope.yaml").read_text()[:40])
     bad = CliRunner().invoke(main, ["grad", str(ROOT / "specs/f4_norm_rope.yaml"), "--wrt", "nope"])
     assert bad.exit_code == 2 and "'nope'" in bad.output
+
+
+def test_the_docs_table_is_the_scripts_output():
+    import subprocess
+    import sys
+
+    table = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "grad_table.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    doc = (ROOT / "docs" / "grad.md").read_text()
+    block = doc.split("<!-- grad-table -->\n", 1)[1].split("<!-- /grad-table -->", 1)[0]
+    assert block == table, "run python benchmarks/grad_table.py and paste it into docs/grad.md"

@@ -31,6 +31,10 @@ from coda_spec.mathcheck import diagnostics, prove
 from coda_spec.source import load_source, parse_text
 
 
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"
+
+
 def _say(text: str) -> None:
     print(text, file=sys.stderr)
 
@@ -122,8 +126,9 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
     else:
         Path(out).write_text(derived.text)
     _say(
-        f"derived: {src.file}: {derived.kernels} GEMM kernels, {derived.hosts} host steps, "
-        f"{derived.finalizes} finalizes (--save {policy}); gradients of "
+        f"derived: {src.file}: {_n(derived.kernels, 'GEMM kernel')}, "
+        f"{_n(derived.hosts, 'host step')}, {_n(derived.finalizes, 'finalize')} "
+        f"(--save {policy}); gradients of "
         f"{', '.join(derived.wrt)} from {', '.join('d_' + o for o in derived.incoming)}"
     )
     _say(f"    {report.summary()} ({time.perf_counter() - start:.2f}s)")

@@ -569,8 +569,11 @@ class StepBuilder:
                 later.append((tensor, g))
         self._store_acc(p)
         for tensor, g in later:
-            # accumulate into the tensor's gradient already in memory (an incoming one), so the
-            # step that finishes it reads one tensor, not two
+            if all(t.load for t in g):  # tensors in memory already: pass them on, unread
+                self.d.st.pending.setdefault(tensor, []).extend(g)
+                continue
+            # a value of this step: accumulate it into the tensor's gradient already in memory
+            # (an incoming one), so the step that finishes it reads one tensor, not two
             g = list(g) + self.d.st.pending.pop(tensor, [])
             name = self.store_tensor(g, f"d{tensor}")
             self.d.st.pending[tensor] = [Term(name, "load_tile")]

@@ -88,9 +88,10 @@ def section(d, steps, policy: str) -> str:
     save = sorted(st.save, key=order.index)
     incoming = [(g, t) for g, t in st.grads.items() if g not in st.outputs]
     produced = [(g, t) for g, t in st.grads.items() if g in st.outputs]
+    n = lambda c, w: f"{c} {w}{'' if c == 1 else 's'}"  # noqa: E731
     lines = [
-        f"# backward derived by `coda grad --save {policy}`: {kernels} GEMM kernels, "
-        f"{hosts} host steps, {finals} finalizes;",
+        f"# backward derived by `coda grad --save {policy}`: {n(kernels, 'GEMM kernel')}, "
+        f"{n(hosts, 'host step')}, {n(finals, 'finalize')};",
         f"# saves {per_row} bytes per row of forward results ({', '.join(rows) or 'none'}).",
         "backward:",
         "  doc: >",
