@@ -48,6 +48,7 @@ from coda_spec.errors import (
     render_text,
 )
 from coda_spec.frontend import check_file
+from coda_spec.grad.command import run_grad
 from coda_spec.mathcheck import coverage_diagnostics, diagnostics, prove
 from coda_spec.primitives import registry
 from coda_spec.schema import schema_json
@@ -758,8 +759,6 @@ def _csv(ctx, param, value):
 @click.option("--replace", is_flag=True, help="Derive in place of an existing backward:.")
 def grad(spec, out, wrt, incoming, policy, keep, replace):
     _need_torch("coda grad", "it proves the derived section with check --math")
-    from coda_spec.grad.command import run_grad
-
     try:
         code, _ = run_grad(spec, out, wrt, incoming, policy, keep or (), replace)
     except (SpecError, ToolError) as e:

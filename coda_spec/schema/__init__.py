@@ -128,22 +128,23 @@ def structure_defs() -> dict:
         "steps": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/step"}},
         "outputs": _named_map(
             {
-                "anyOf": [
-                    {"enum": list(DTYPES + FP8_DTYPES)},
-                    _obj(
-                        {
-                            "dtype": {"enum": list(DTYPES + FP8_DTYPES)},
-                            "differentiable": {
-                                "type": "boolean",
-                                "description": "false: an output kept for the backward (a "
-                                "statistic, a saved pre-activation) that receives no incoming "
-                                "gradient (coda grad)",
-                            },
-                            "doc": _DOC,
+                # a dtype, or {dtype, differentiable, doc}: if/then/else (not anyOf) so that a
+                # misspelt dtype is reported against the dtype list, with a did-you-mean
+                "if": {"type": "string"},
+                "then": {"enum": list(DTYPES + FP8_DTYPES)},
+                "else": _obj(
+                    {
+                        "dtype": {"enum": list(DTYPES + FP8_DTYPES)},
+                        "differentiable": {
+                            "type": "boolean",
+                            "description": "false: an output kept for the backward (a "
+                            "statistic, a saved pre-activation) that receives no incoming "
+                            "gradient (coda grad)",
                         },
-                        required=("dtype",),
-                    ),
-                ]
+                        "doc": _DOC,
+                    },
+                    required=("dtype",),
+                ),
             },
             minProperties=1,
         ),

@@ -1,4 +1,4 @@
-# Generated from specs/f3_norm_swiglu.yaml (spec hash 5f23fd34bab85ecd) by coda; do not edit:
+# Generated from specs/f3_norm_swiglu.yaml (spec hash fa18c651b9cc68ed) by coda; do not edit:
 # change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.
 """Epilogues of chain 'f3_norm_swiglu' for QuACK's sm90 GEMM."""
 

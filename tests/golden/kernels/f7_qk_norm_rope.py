@@ -1,4 +1,4 @@
-# Generated from specs/f7_qk_norm_rope.yaml (spec hash 1d8824ca97e3f9ef) by coda; do not edit:
+# Generated from specs/f7_qk_norm_rope.yaml (spec hash e2825513ffc4c9bf) by coda; do not edit:
 # change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.
 """Epilogues of chain 'f7_qk_norm_rope' for QuACK's sm90 GEMM."""
 

@@ -1,4 +1,4 @@
-# Generated from specs/llama_block.yaml (spec hash b712dfa69399fcf1) by coda; do not edit:
+# Generated from specs/llama_block.yaml (spec hash 53789b68361365d5) by coda; do not edit:
 # change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.
 """Epilogues of chain 'llama_block' for QuACK's sm90 GEMM."""
 
@@ -94,7 +94,7 @@ def coda_qkv_rope(acc, r2, pos, freqs):
     return {"D": qkv}
 
 
-# specs/llama_block.yaml:103: kernel 'dgrad_qkv_norm2'
+# specs/llama_block.yaml:109: kernel 'dgrad_qkv_norm2'
 @gemm_epilogue(
     ops={
         "x2": TileLoad("x2"),
@@ -106,64 +106,64 @@ def coda_qkv_rope(acc, r2, pos, freqs):
     reduces={"dgamma2_part": RowVecReduce("dgamma2_part", scaled=True)},
 )
 def coda_dgrad_qkv_norm2(acc, x2, r2, zdz2, gamma2):
-    # specs/llama_block.yaml:106: - {load_tile: x2}
-    # specs/llama_block.yaml:107: - {load_col: r2}
-    # specs/llama_block.yaml:108: - {load_col: zdz2}
-    # specs/llama_block.yaml:109: - {load_row: gamma2}
-    # specs/llama_block.yaml:110: - {mul: [x2, r2], as: u2}
+    # specs/llama_block.yaml:112: - {load_tile: x2}
+    # specs/llama_block.yaml:113: - {load_col: r2}
+    # specs/llama_block.yaml:114: - {load_col: zdz2}
+    # specs/llama_block.yaml:115: - {load_row: gamma2}
+    # specs/llama_block.yaml:116: - {mul: [x2, r2], as: u2}
     u2 = x2 * r2
-    # specs/llama_block.yaml:111: - {mul: [acc, gamma2], as: g_gamma}
+    # specs/llama_block.yaml:117: - {mul: [acc, gamma2], as: g_gamma}
     g_gamma = acc * gamma2
-    # specs/llama_block.yaml:112: - {mul: [u2, zdz2], as: u_zdz}
+    # specs/llama_block.yaml:118: - {mul: [u2, zdz2], as: u_zdz}
     u_zdz = u2 * zdz2
-    # specs/llama_block.yaml:113: - {sub: [g_gamma, u_zdz], as: dxn}
+    # specs/llama_block.yaml:119: - {sub: [g_gamma, u_zdz], as: dxn}
     dxn = g_gamma - u_zdz
-    # specs/llama_block.yaml:114: - {mul: [dxn, r2], as: dx_norm}
+    # specs/llama_block.yaml:120: - {mul: [dxn, r2], as: dx_norm}
     dx_norm = dxn * r2
-    # specs/llama_block.yaml:115: - {store: dx_norm, to: dx2, add_to: d_x2}   # dx2 = d_x2 + norm-2 branch
-    # specs/llama_block.yaml:116: - {mul: [u2, gamma2], as: v2}         # recomputed norm-2 output
+    # specs/llama_block.yaml:121: - {store: dx_norm, to: dx2, add_to: d_x2}   # dx2 = d_x2 + norm-2 branch
+    # specs/llama_block.yaml:122: - {mul: [u2, gamma2], as: v2}         # recomputed norm-2 output
     v2 = u2 * gamma2
-    # specs/llama_block.yaml:117: - {store: v2}
-    # specs/llama_block.yaml:118: - {reduce_col: dot, of: [acc, u2], as: dgamma2_part}
+    # specs/llama_block.yaml:123: - {store: v2}
+    # specs/llama_block.yaml:124: - {reduce_col: dot, of: [acc, u2], as: dgamma2_part}
     # dgamma2_part: sum over rows of acc * u2 -> (cdiv(M, tile_M), 4096) partials
     return {"D": dx_norm, "v2": v2, "dgamma2_part": (acc, u2)}
 
 
-# specs/llama_block.yaml:120: kernel 'wgrad_qkv'
+# specs/llama_block.yaml:126: kernel 'wgrad_qkv'
 @gemm_epilogue()
 def coda_wgrad_qkv(acc):
-    # specs/llama_block.yaml:123: - {store: acc, to: dw_qkv}
+    # specs/llama_block.yaml:129: - {store: acc, to: dw_qkv}
     return {"D": acc}
 
 
-# specs/llama_block.yaml:124: kernel 'dgrad_down_dswiglu'
+# specs/llama_block.yaml:130: kernel 'dgrad_down_dswiglu'
 @gemm_epilogue(
     outputs=(TileStore("act_r"),),
     reduces={"zdz1_part": ColVecReduce("zdz1_part")},
     mode="packed_cd_b16x2",
 )
 def coda_dgrad_down_dswiglu(acc, c):
-    # specs/llama_block.yaml:127: - {load_tile: z1}                     # packed (gate, up) pairs, 2F wide
+    # specs/llama_block.yaml:133: - {load_tile: z1}                     # packed (gate, up) pairs, 2F wide
     z1 = c
-    # specs/llama_block.yaml:128: - {dswiglu: acc, z: z1, as: [dz1, act_r]}   # dz1 packed like z1; act_r = silu(g)*u recomputed
+    # specs/llama_block.yaml:134: - {dswiglu: acc, z: z1, as: [dz1, act_r]}   # dz1 packed like z1; act_r = silu(g)*u recomputed
     z1_g, z1_u = unpack(z1)
     dz1_g, dz1_u, act_r = dswiglu(z1_g, z1_u, acc)
     dz1 = pack(dz1_g, dz1_u)
-    # specs/llama_block.yaml:129: - {store: dz1}
-    # specs/llama_block.yaml:130: - {store: act_r}
-    # specs/llama_block.yaml:131: - {reduce_row: dot, of: [z1, dz1], as: zdz1_part}
+    # specs/llama_block.yaml:135: - {store: dz1}
+    # specs/llama_block.yaml:136: - {store: act_r}
+    # specs/llama_block.yaml:137: - {reduce_row: dot, of: [z1, dz1], as: zdz1_part}
     # zdz1_part: sum over columns of z1 * dz1 -> (M, cdiv(11008, tile_N)) partials
     return {"D": dz1, "act_r": act_r, "zdz1_part": z1_g * dz1_g + z1_u * dz1_u}
 
 
-# specs/llama_block.yaml:133: kernel 'wgrad_down'
+# specs/llama_block.yaml:139: kernel 'wgrad_down'
 @gemm_epilogue()
 def coda_wgrad_down(acc):
-    # specs/llama_block.yaml:136: - {store: acc, to: dw_down}
+    # specs/llama_block.yaml:142: - {store: acc, to: dw_down}
     return {"D": acc}
 
 
-# specs/llama_block.yaml:137: kernel 'dgrad_gu_norm1'
+# specs/llama_block.yaml:143: kernel 'dgrad_gu_norm1'
 @gemm_epilogue(
     ops={
         "x1": TileLoad("x1"),
@@ -175,45 +175,45 @@ def coda_wgrad_down(acc):
     reduces={"dgamma1_part": RowVecReduce("dgamma1_part", scaled=True)},
 )
 def coda_dgrad_gu_norm1(acc, x1, r1, zdz1, gamma1):
-    # specs/llama_block.yaml:140: - {load_tile: x1}
-    # specs/llama_block.yaml:141: - {load_col: r1}
-    # specs/llama_block.yaml:142: - {load_col: zdz1}
-    # specs/llama_block.yaml:143: - {load_row: gamma1}
-    # specs/llama_block.yaml:144: - {mul: [x1, r1], as: u1}
+    # specs/llama_block.yaml:146: - {load_tile: x1}
+    # specs/llama_block.yaml:147: - {load_col: r1}
+    # specs/llama_block.yaml:148: - {load_col: zdz1}
+    # specs/llama_block.yaml:149: - {load_row: gamma1}
+    # specs/llama_block.yaml:150: - {mul: [x1, r1], as: u1}
     u1 = x1 * r1
-    # specs/llama_block.yaml:145: - {mul: [acc, gamma1], as: g_gamma}
+    # specs/llama_block.yaml:151: - {mul: [acc, gamma1], as: g_gamma}
     g_gamma = acc * gamma1
-    # specs/llama_block.yaml:146: - {mul: [u1, zdz1], as: u_zdz}
+    # specs/llama_block.yaml:152: - {mul: [u1, zdz1], as: u_zdz}
     u_zdz = u1 * zdz1
-    # specs/llama_block.yaml:147: - {sub: [g_gamma, u_zdz], as: dxn}
+    # specs/llama_block.yaml:153: - {sub: [g_gamma, u_zdz], as: dxn}
     dxn = g_gamma - u_zdz
-    # specs/llama_block.yaml:148: - {mul: [dxn, r1], as: dx_norm}
+    # specs/llama_block.yaml:154: - {mul: [dxn, r1], as: dx_norm}
     dx_norm = dxn * r1
-    # specs/llama_block.yaml:149: - {store: dx_norm, to: dx0, add_to: dx2}    # dx1 (= dx0) = dx2 + norm-1 branch
-    # specs/llama_block.yaml:150: - {mul: [u1, gamma1], as: v1}
+    # specs/llama_block.yaml:155: - {store: dx_norm, to: dx0, add_to: dx2}    # dx1 (= dx0) = dx2 + norm-1 branch
+    # specs/llama_block.yaml:156: - {mul: [u1, gamma1], as: v1}
     v1 = u1 * gamma1
-    # specs/llama_block.yaml:151: - {store: v1}
-    # specs/llama_block.yaml:152: - {reduce_col: dot, of: [acc, u1], as: dgamma1_part}
+    # specs/llama_block.yaml:157: - {store: v1}
+    # specs/llama_block.yaml:158: - {reduce_col: dot, of: [acc, u1], as: dgamma1_part}
     # dgamma1_part: sum over rows of acc * u1 -> (cdiv(M, tile_M), 4096) partials
     return {"D": dx_norm, "v1": v1, "dgamma1_part": (acc, u1)}
 
 
-# specs/llama_block.yaml:154: kernel 'wgrad_gu'
+# specs/llama_block.yaml:160: kernel 'wgrad_gu'
 @gemm_epilogue()
 def coda_wgrad_gu(acc):
-    # specs/llama_block.yaml:157: - {store: acc, to: dw_gu}
+    # specs/llama_block.yaml:163: - {store: acc, to: dw_gu}
     return {"D": acc}
 
 
-# specs/llama_block.yaml:158: kernel 'dgrad_out_proj'
+# specs/llama_block.yaml:164: kernel 'dgrad_out_proj'
 @gemm_epilogue()
 def coda_dgrad_out_proj(acc):
-    # specs/llama_block.yaml:161: - {store: acc, to: dy}
+    # specs/llama_block.yaml:167: - {store: acc, to: dy}
     return {"D": acc}
 
 
-# specs/llama_block.yaml:162: kernel 'wgrad_out_proj'
+# specs/llama_block.yaml:168: kernel 'wgrad_out_proj'
 @gemm_epilogue()
 def coda_wgrad_out_proj(acc):
-    # specs/llama_block.yaml:165: - {store: acc, to: dw_o}
+    # specs/llama_block.yaml:171: - {store: acc, to: dw_o}
     return {"D": acc}

@@ -1,4 +1,4 @@
-# Generated from specs/rmsnorm_chain.yaml (spec hash 0cfa6bfdae88004e) by coda; do not edit:
+# Generated from specs/rmsnorm_chain.yaml (spec hash 0a8c768eda6fdd7e) by coda; do not edit:
 # change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.
 """Epilogues of chain 'rmsnorm_chain' for QuACK's sm90 GEMM."""
 
