@@ -43,6 +43,12 @@ def _diag(file, lines, d: Diagnostic) -> None:
     _say(render_text(d, lines))
 
 
+def _refuse(src, line: int, col: int, path: str, message: str, hint: str) -> tuple:
+    """Print one located error against the spec's own text; the command's refusal."""
+    _say(render_text(Diagnostic(src.file, line, col, path, message, hint), src.lines))
+    return EXIT_INVALID_SPEC, None
+
+
 def _names(checked, names, what: str, allowed) -> list:
     bad = [n for n in names if n not in allowed]
     if bad:
@@ -68,19 +74,14 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
         raise ValueError(f"--save {policy}: choose {', '.join(POLICIES)}")
     if "backward" in src.data and not replace:
         line, col = src.where(("backward",), key=True)
-        _diag(
-            src.file,
-            src.lines,
-            Diagnostic(
-                src.file,
-                line,
-                col,
-                "backward",
-                "the spec has a backward: section already",
-                "pass --replace to derive a new one in its place, or remove it",
-            ),
+        return _refuse(
+            src,
+            line,
+            col,
+            "backward",
+            "the spec has a backward: section already",
+            "pass --replace to derive a new one in its place, or remove it",
         )
-        return EXIT_INVALID_SPEC, None
     forward = parse_text(src.file, without_backward(src.text))
     checked = check_source(forward)
     spec = checked.spec
@@ -93,20 +94,14 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
         derived = derive_text(checked, wrt, incoming, policy, keep)
     except Unsupported as e:
         line, col = (e.loc.line, e.loc.col) if e.loc is not None else (0, 0)
-        path_text = format_path(e.loc.path) if e.loc is not None else ""
-        _diag(
-            src.file,
-            src.lines,
-            Diagnostic(
-                src.file,
-                line,
-                col,
-                path_text,
-                f"coda grad cannot derive {e.message}",
-                e.hint or "write a backward: section for this kernel by hand",
-            ),
+        return _refuse(
+            src,
+            line,
+            col,
+            format_path(e.loc.path) if e.loc is not None else "",
+            f"coda grad cannot derive {e.message}",
+            e.hint or "write a backward: section for this kernel by hand",
         )
-        return EXIT_INVALID_SPEC, None
     target = str(out) if out not in (None, "-") else src.file
     try:
         result = check_source(parse_text(target, derived.text))

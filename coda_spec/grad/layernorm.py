@@ -58,21 +58,19 @@ def match(host: Host, spec) -> LayerNorm | None:
     def is_load(v, prim):
         return v in loads and loads[v].prim == prim
 
-    value, gamma, beta = out_value, None, None
-    op = defs.get(value)
-    if op is not None and op.prim == "add":
-        a, b = op.get("add")
-        if is_load(b, "load_row"):
-            value, beta = a, b
-        elif is_load(a, "load_row"):
-            value, beta = b, a
-    op = defs.get(value)
-    if op is not None and op.prim == "mul":
-        a, b = op.get("mul")
-        if is_load(b, "load_row"):
-            value, gamma = a, b
-        elif is_load(a, "load_row"):
-            value, gamma = b, a
+    def peel(value, prim):
+        """``value = prim(inner, row load)``: (inner, the row load) or (value, None)."""
+        op = defs.get(value)
+        if op is not None and op.prim == prim:
+            a, b = op.get(prim)
+            if is_load(b, "load_row"):
+                return a, b
+            if is_load(a, "load_row"):
+                return b, a
+        return value, None
+
+    value, beta = peel(out_value, "add")
+    value, gamma = peel(value, "mul")
     xhat = value
     op = defs.get(xhat)
     if op is None or op.prim != "mul":
