@@ -30,6 +30,7 @@ operands of two GEMMs, and ops without a rule.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from coda_spec.dtypes import names
@@ -99,10 +100,24 @@ def derive_text(checked, wrt=None, incoming=None, policy: str = "min", keep=()) 
         del d.st.grads[g]  # an incoming gradient that reaches no wanted input is not taken
     incoming = tuple(t for g, t in d.st.grads.items() if g not in d.st.outputs)
     missing = [t for t in wrt if t not in d.st.grads.values()]
+    via = [
+        (t, x.name)
+        for t in missing
+        for x in spec.tensors
+        if x.derive and re.search(rf"\b{re.escape(t)}\b", x.derive)
+    ]
+    if via:
+        t, x = via[0]
+        raise Unsupported(
+            f"a gradient of '{t}' through the derived input '{x}': derive: expressions are "
+            "not differentiated (only an RMSNorm statistic's is)",
+            spec.tensor(t).loc,
+            f"leave '{t}' out of --wrt, or mark it 'differentiable: false'",
+        )
     if missing:
         raise Unsupported(
-            f"no gradient reaches {', '.join(missing)} from the incoming "
-            f"{', '.join('d_' + o for o in incoming) or 'gradients'}",
+            f"gradients of {', '.join(missing)}: none reaches them from the incoming "
+            f"{', '.join('d_' + o for o in incoming) or 'gradients (there are none)'}",
             spec.tensor(missing[0]).loc,
             "leave it out of --wrt, or check which outputs take an incoming gradient",
         )

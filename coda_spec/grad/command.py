@@ -85,6 +85,15 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
     forward = parse_text(src.file, without_backward(src.text))
     checked = check_source(forward)
     spec = checked.spec
+    if spec.equivalent_to is None:
+        return _refuse(
+            src,
+            1,
+            1,
+            "equivalent_to",
+            "the spec has no equivalent_to: nothing can prove a derived backward",
+            "add equivalent_to: the unfused math the chain replaces (docs/spec-language.md)",
+        )
     floating = {t.name for t in spec.tensors}
     if wrt is not None:
         wrt = _names(checked, wrt, "--wrt", floating)

@@ -134,7 +134,7 @@ def read_forward(checked) -> tuple[tuple, tuple]:
             for op in step.epilogue:
                 if op.prim == "reduce_row":
                     partial_of[op.results[0]] = (fk, op)
-        elif isinstance(step, Finalize) and step.op == "rsqrt_mean":
+        elif isinstance(step, Finalize) and step.op == "rsqrt_mean" and step.of in partial_of:
             fk, op = partial_of[step.of]
             if op.get("reduce_row") != "sumsq":
                 raise Unsupported(

@@ -172,6 +172,29 @@ def _rope(step, op, g):
     step.contribute(z, step.grad(dz))
 
 
+def _dropout(step, op, g):
+    """d(x * m / (1 - p)) = g * m / (1 - p): the same dropout of the gradient, its mask drawn
+    again from the same seed and offset (the philox item re-run over the gradient's tile)."""
+    x, u = op.get("dropout")
+    if not step.wants(x):
+        return
+    draw = step.fk.defining(u)
+    if draw is None or draw.prim != "philox":
+        raise Unsupported(
+            "a dropout whose uniforms are not a philox item of the same epilogue",
+            op.loc,
+            "write this kernel's backward by hand",
+        )
+    gv = step.mat(g)
+    keys = {k: v for k, v in draw.args if k not in ("philox", "as")}
+    for v in keys.values():
+        if isinstance(v, str):
+            step.d.st.save.add(v)
+    again = step.emit(draw, "philox", gv, name=f"{u}_again", **keys)
+    p = op.get("p")
+    step.contribute(x, step.grad(step.emit(op, "dropout", [gv, again], p=p, grad_of=x)))
+
+
 def _leaf(step, op, g):
     step.contribute_tensor(op.get(op.prim), g, op)
 
@@ -198,6 +221,7 @@ RULES = {
     "swiglu": _gated("dswiglu"),
     "geglu": _gated("dgeglu"),
     "rope": _rope,
+    "dropout": _dropout,
     "load_tile": _leaf,
     "load_row": _leaf,
     "load_col": _leaf,

@@ -383,7 +383,7 @@ class StepBuilder:
             rule = RULES.get(op.prim)
             if rule is None:
                 raise Unsupported(
-                    f"'{op.prim}' has no derivative rule in coda grad",
+                    f"'{op.prim}': it has no derivative rule",
                     op.loc,
                     "write this kernel's backward by hand in a backward: section",
                 )
