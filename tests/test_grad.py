@@ -140,9 +140,9 @@ def test_a_prepass_is_a_located_limit(tmp_path, capsys):
 
 
 def test_a_forward_host_step_is_a_located_limit(tmp_path, capsys):
-    """A host step is derived only as a LayerNorm over a stored tensor: layer_norm_host's norm
-    reads the GEMM's fp32 accumulator store and its own var arithmetic, so it is refused."""
-    text = (ROOT / "tests/specs_extra/host_elementwise.yaml").read_text()
+    """A host step is derived only as a LayerNorm over a stored tensor: scale_dims's rescale
+    is something else, so it is refused at the step, naming what is derived."""
+    text = (ROOT / "tests/specs_extra/scale_dims.yaml").read_text()
     code, _ = _run(tmp_path, text)
     err = capsys.readouterr().err
     assert code == 2 and "a forward host step is derived only when it is a LayerNorm" in err
@@ -238,3 +238,9 @@ def test_every_spec_derives_or_is_refused_at_a_place(path):
         return
     checked = check_source(parse_text(str(path), derived.text))
     assert checked.spec.backward is not None
+
+
+def test_a_spec_without_equivalent_to_is_refused(tmp_path, capsys):
+    code, out = _run(tmp_path, (ROOT / "tests/specs_extra/empty_folds.yaml").read_text())
+    assert code == 2 and not out.exists()
+    assert "nothing can prove a derived backward" in capsys.readouterr().err
