@@ -28,7 +28,7 @@ left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 date -u > "$out/date-$NPROC.txt"
-pack() { tar -czf "${OUT:-/tmp/coda-dist}/dist-$NPROC.tar.gz" -C "$out" .; }
+pack() { tar -czf "${OUT:-/tmp/coda-dist}/dist-$NPROC.tar.gz" --exclude="*.pt" -C "$out" .; }  # not the dumps
 run() {  # run NAME ARGS...: one torchrun, its row in NAME.json, its log in NAME.log
   local name=$1; shift
   timeout "$(left 200)" torchrun --nproc_per_node "$NPROC" benchmarks/train_dist.py "$@" \
