@@ -227,12 +227,20 @@ def run(args, rank: int, world: int, device) -> dict:
         opt = torch.optim.AdamW(params, lr=args.lr)
     ids, labels = _batch(args, cfg, rank, world, device)
     sync = (lambda: None) if args.device == "cpu" else torch.cuda.synchronize
-    row = {"wrap": args.wrap, "mode": args.mode, "world": world, "shape": args.shape,
-           "batch": args.batch, "seq": args.seq, "micro": args.micro}
+    row = {
+        "wrap": args.wrap,
+        "mode": args.mode,
+        "world": world,
+        "shape": args.shape,
+        "batch": args.batch,
+        "seq": args.seq,
+        "micro": args.micro,
+    }
     if args.parity:
         losses = []
         for _ in range(args.parity):
-            losses.append(_global_mean(_step(args, wrapped, loss_fn, ids, labels, opt, masters, params), world))
+            loss = _step(args, wrapped, loss_fn, ids, labels, opt, masters, params)
+            losses.append(_global_mean(loss, world))
         full = _full_params(model, torch.float64 if args.device == "cpu" else torch.float32)
         row["losses"] = losses
         if rank == 0 and args.dump:
@@ -275,7 +283,9 @@ def run(args, rank: int, world: int, device) -> dict:
         ms=round(ms, 2),
         ms_all=[round(t, 2) for t in times],
         tokens_per_s_per_gpu=round(args.batch * args.seq / world / ms * 1e3),
-        peak_gib=None if args.device == "cpu" else round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        peak_gib=None
+        if args.device == "cpu"
+        else round(torch.cuda.max_memory_allocated() / 2**30, 2),
         loss=_global_mean(loss, world),
     )
     return row

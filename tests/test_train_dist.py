@@ -1,7 +1,8 @@
 """benchmarks/train_dist.py on the CPU (gloo): the 2-process run of the same global batch ends,
 after 5 AdamW steps, where the 1-process run ends (fp64, so only the order of the gradient sums
 differs), for DDP and FSDP2, with the no-sync accumulation of 2 micro-batches on the 2-process
-side (the losses to fp32: transformers' loss upcasts the logits with .float()). The GPU runs (the coda model, 2 H200s) are the issue's device runs; this keeps the
+side (the losses to fp32: transformers' loss upcasts the logits with .float()). The GPU runs
+(the coda model, 2 H200s) are the issue's device runs; this keeps the
 parity logic itself tested in CI."""
 
 from __future__ import annotations
@@ -22,9 +23,22 @@ ARGS = ["--mode", "hf", "--device", "cpu", "--shape", "tiny", "--batch", "4", "-
 def _run(tmp_path, world: int, wrap: str, *extra) -> dict:
     out = tmp_path / f"row-{world}-{wrap}.json"
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-        "--master_port", str(29500 + world + (10 if wrap == "fsdp2" else 0)),
-        str(SCRIPT), "--wrap", wrap, *ARGS, "--parity", "5", "--out", str(out), *extra,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(world),
+        "--master_port",
+        str(29500 + world + (10 if wrap == "fsdp2" else 0)),
+        str(SCRIPT),
+        "--wrap",
+        wrap,
+        *ARGS,
+        "--parity",
+        "5",
+        "--out",
+        str(out),
+        *extra,
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
