@@ -21,6 +21,15 @@ static dims nudged off the tile grid; small: M = 64; or ``--dims``):
    The relative error ||out - ref|| / ||ref|| is reported (about 1.7e-3 is one bf16 rounding);
 5. ``equivalent_to`` (the unfused math) is evaluated on the same inputs and compared with ref.
 
+Memory: the fp64 references hold every value of the chain at the case's shape (llama3_last's
+M x V logits at M = 16384 are 15.7 GiB each in fp64, several of them live at once), so a case
+need not fit the GPU at the spec's real M. Each reference keeps only the outputs it is compared
+on (its intermediates are freed before the next one runs), and a case that still runs out of GPU
+memory is run again at half the dynamic dim (down to the small case's M), noted in the report
+with the size it ran at (:func:`fitted_case`). A ``--dims`` case is what the user asked for, so it
+is never shrunk: its out-of-memory is a :class:`~coda_spec.errors.ToolError` naming ``--dims``
+and ``--small``.
+
 Re-sized cases (ragged, ``--dims``) run the build under its manifest with other ``dims``
 (:func:`resized_manifest`): every manifest shape is an expression over the dims (format 6 on), so
 nothing is re-lowered; verify imports nothing from ``coda_spec.lower``.
@@ -49,7 +58,7 @@ from coda_spec import suits
 from coda_spec.config import config_text
 from coda_spec.dims import DimError, dynamic_dim, evaluate
 from coda_spec.equivalence import check_equivalence
-from coda_spec.errors import SpecError
+from coda_spec.errors import SpecError, ToolError
 from coda_spec.frontend import with_dims
 from coda_spec.inputs import derive_mismatches, make_grads, make_inputs
 from coda_spec.mathcheck import prove
@@ -266,11 +275,12 @@ def verify_case(
         poison=True,
         **({"grads": {k: v.clone() for k, v in grads.items()}} if grads else {}),
     )
-    ref = run(ref_checked.analysis, inputs, "fp64", sizes, grads=grads)
-    lowp = run(ref_checked.analysis, inputs, "lowp", sizes, grads=grads)
+    outputs = manifest.outputs + (manifest.backward_outputs if grads else ())
+    keep = [o.name for o in outputs]
+    ref = _only(run(ref_checked.analysis, inputs, "fp64", sizes, grads=grads), keep)
+    lowp = _only(run(ref_checked.analysis, inputs, "lowp", sizes, grads=grads), keep)
     shown = {k: v for k, v in sizes.items()}
     checks = []
-    outputs = manifest.outputs + (manifest.backward_outputs if grads else ())
     for o in outputs:
         untouched = _untouched(manifest, case_checked.analysis, o.name, inputs)
         checks.append(
@@ -309,6 +319,55 @@ def verify_case(
     return checks, algebra
 
 
+def _only(env: dict, names: list) -> dict:
+    """The reference values verify compares (the rest of the interpreter's environment, every
+    intermediate of the chain, is dropped here so that the next reference has its memory)."""
+    return {k: env[k] for k in names}
+
+
+def fitted_case(chain, checked, label, sizes, seed, reference, variant, notes, shrink=True):
+    """``verify_case``, fitted to the GPU's memory: on a CUDA out-of-memory the case runs again
+    at half the dynamic dim (never below ``SMALL_M``), and ``notes`` says so. ``shrink=False``
+    (a ``--dims`` case), or nothing left to halve: a ToolError naming ``--dims``/``--small``."""
+
+    dyn = dynamic_dim(checked.spec.dims)
+    while True:
+        try:
+            return verify_case(chain, checked, label, sizes, seed, reference, variant), sizes
+        except torch.OutOfMemoryError as e:
+            cause = str(e).split("\n")[0]
+        _release()  # outside the handler: the traceback's frames no longer hold the tensors
+        shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        m = sizes.get(dyn) if dyn else None
+        if not shrink or m is None or m <= SMALL_M:
+            raise ToolError(
+                f"{label} case ({shown}): the kernels and the fp64 references do not fit in "
+                f"GPU memory ({_free_gib()} free; {cause}); pass smaller dims, "
+                f"e.g. --dims {dyn or 'M'}={max(SMALL_M, (m or 2 * SMALL_M) // 4)}, or --small"
+            )
+        smaller = max(SMALL_M, m // 2)
+        notes.append(
+            f"{label} case: the fp64 references at {dyn}={m} did not fit in GPU memory "
+            f"({_free_gib()} free); it ran at {dyn}={smaller}"
+        )
+        sizes = {**sizes, dyn: smaller}
+
+
+def _release() -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _free_gib() -> str:
+    if not torch.cuda.is_available():
+        return "no GPU"
+    free, total = torch.cuda.mem_get_info()
+    return f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB"
+
+
 def variant_rounds(manifest) -> list:
     """The build's candidate configs that some kernel was built at, in order (the fallback
     first), as config keys: one verification round each. One round: a single-variant build."""
@@ -344,7 +403,9 @@ def verify_chain(
         for case, sizes in cases(checked, dims, only_small, notes, key["tile_n"]):
             label = f"{case} [{variant}]" if variant else case
             try:
-                c, a = verify_case(chain, checked, label, sizes, seed, reference, variant)
+                (c, a), sizes = fitted_case(
+                    chain, checked, label, sizes, seed, reference, variant, notes, not dims
+                )
             except CaseSkipped as e:  # never abort the chain: note it and run the other cases
                 shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
                 notes.append(f"{label} case ({shown}) skipped: {e}")

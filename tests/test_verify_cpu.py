@@ -450,3 +450,56 @@ def test_equivalent_to_rows_say_unproven_not_inf(rel, ok, shown):
     assert (failure is None) is ok
     if failure is not None:
         assert shown in failure.get("message")
+
+
+# -- memory: a case that does not fit runs smaller, a --dims case that does not is refused ----
+
+
+def _oom_above(monkeypatch, m_max: int) -> list:
+    """Every case above ``M = m_max`` runs out of GPU memory when its inputs are drawn (as the
+    fp64 references of llama3_last did at M = 16384 on a 141 GB H200); the tried Ms are kept."""
+    tried = []
+    real = V.make_inputs
+
+    def make_inputs(spec, sizes, seed):
+        tried.append(sizes["M"])
+        if sizes["M"] > m_max:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 15.66 GiB")
+        return real(spec, sizes, seed)
+
+    monkeypatch.setattr(V, "make_inputs", make_inputs)
+    return tried
+
+
+def test_case_that_does_not_fit_runs_at_half_m(checked_specs, tmp_path, monkeypatch):
+    """The real case (M = 16384) runs out of memory until M = 64: it runs there, the report
+    shows the M it ran at and a note says why; the ragged case (M = 1000) halves the same way."""
+    tried = _oom_above(monkeypatch, 64)
+    monkeypatch.setattr(V, "cases", lambda *a, **k: [("real", {**SMALL[RMSNORM], "M": 16384})])
+    report = V.verify_chain(FakeChain(checked_specs[RMSNORM], tmp_path), seed=4)
+    assert report.passed, R.render_table(report)
+    assert tried == [16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64]
+    assert {c.dims["M"] for c in report.checks} == {64}
+    notes = report.extra["notes"]
+    assert notes[0] == (
+        "real case: the fp64 references at M=16384 did not fit in GPU memory (no GPU free); "
+        "it ran at M=8192"
+    )
+    assert "it ran at M=64" in notes[-1]
+
+
+def test_dims_case_that_does_not_fit_names_the_flags(checked_specs, tmp_path, monkeypatch):
+    """``--dims`` is what the user asked for: never shrunk; out of memory is exit 1 with a
+    message naming --dims and --small, and no traceback."""
+    _oom_above(monkeypatch, 64)
+    checked = checked_specs[RMSNORM]
+    directory = _build_dir(tmp_path, RMSNORM, checked)
+    monkeypatch.setattr(cli, "_load_chain", lambda d: FakeChain(checked, d))
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    res = _verify([directory, "--seed", "5", "--dims", "M=4096,D=256,F=512"])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output
+    assert "dims case (M=4096, D=256, F=512): the kernels and the fp64 references do not fit" in (
+        res.stderr
+    )
+    assert "--dims M=1024, or --small" in res.stderr
