@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.artifact import SPLIT_K, KernelStep, Manifest
+from coda_spec.artifact import F32_BITS, SPLIT_K, KernelStep, Manifest
 from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.runtime.call import Call, alloc
 from coda_spec.runtime.cubin import Cubin, LaunchError
@@ -353,6 +353,8 @@ class Launcher:
         else:
             buf = alloc(call, shape, dtype)
         made[t] = buf
+        if f.transform == F32_BITS:  # an acc_pair kernel's fp32 half-width tile, as its bytes
+            return buf.view(torch.bfloat16)
         return buf
 
     @staticmethod
