@@ -79,6 +79,13 @@ CASES = {
         "block": 8,  # 20 slots of 2 lanes
         "force": {"idx": {"0": 39, "1": -1, "2": 0}},  # last column, ignored, first column
     },
+    "reduce_col": {  # per-row terms to an (M, W) buffer, folded here as the finalize folds them
+        "spec": "tests/primitives/reduce_col.yaml",
+        "step": "hs",
+        "dims": {"F": 104},  # chunks of 16 columns; the 7th holds 8
+        "rows": 7,
+        "block": 16,
+    },
     "host_vector": {
         "spec": f"{EXTRA}/host_vector.yaml",
         "step": "nll",

@@ -21,6 +21,27 @@ SIBLING = {
 }
 
 
+# Host kernels: each op's per-element term over its operand lanes ({a}; dot: {a} * {b}).
+HOST_TERM = {
+    "sum": "{a}",
+    "sumsq": "{a} * {a}",
+    "dot": "{a} * {b}",
+    "max": "{a}",
+    "absmax": "tl.abs({a})",
+}
+
+
+def host_terms(hc, op, name: str) -> tuple:
+    """(lane count, the per-element term of each lane) of reduction item ``op`` (``name``, its
+    primitive) in a host kernel."""
+    of = op.get("of")
+    vals = [hc.value(x) for x in of] if isinstance(of, list) else [hc.value(of)]
+    n = hc.lane_count(*vals)
+    a, b = hc.spread(vals[0], n), hc.spread(vals[-1], n)
+    kind = op.get(name)
+    return n, [HOST_TERM[kind].format(a=x, b=y) for x, y in zip(a, b, strict=True)]
+
+
 def of_schema(ops):
     one = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
     if "dot" in ops:

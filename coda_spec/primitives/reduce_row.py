@@ -10,6 +10,7 @@ groups per tile). A chain-level ``finalize`` step folds the partials into the st
 
 from coda_spec.errors import ItemError
 from coda_spec.primitives._reduce import (
+    host_terms,
     SIBLING,
     combine,
     grouped,
@@ -48,14 +49,6 @@ def _reference(rt, op, ins, tensors):
 
 
 NEG_INF = "float('-inf')"
-# Host kernels: each op's per-element term over its operand lanes ({a}; dot: {a} * {b}).
-HOST_TERM = {
-    "sum": "{a}",
-    "sumsq": "{a} * {a}",
-    "dot": "{a} * {b}",
-    "max": "{a}",
-    "absmax": "tl.abs({a})",
-}
 
 
 def _max_of(terms: list) -> str:
@@ -76,16 +69,13 @@ def _host(hc, op):
             "kernels",
             "reduce per head in a GEMM epilogue, or without group",
         )
-    of = op.get("of")
-    vals = [hc.value(x) for x in of] if isinstance(of, list) else [hc.value(of)]
-    n = hc.lane_count(*vals)
-    a, b = hc.spread(vals[0], n), hc.spread(vals[-1], n)
     name = op.results[0]
     ident = hc.ident(name)
     if kind == "logsumexp":
-        _host_logsumexp(hc, name, ident, a)
+        v = hc.value(op.get("of"))
+        _host_logsumexp(hc, name, ident, hc.spread(v, hc.lane_count(v)))
         return
-    terms = [HOST_TERM[kind].format(a=x, b=y) for x, y in zip(a, b, strict=True)]
+    _, terms = host_terms(hc, op, "reduce_row")
     acc = hc.fresh(f"{ident}_acc")
     if kind in ("max", "absmax"):
         hc.pre(f"{acc} = tl.full([BLOCK], {NEG_INF}, tl.float32)")

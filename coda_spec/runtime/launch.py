@@ -411,7 +411,8 @@ class Launcher:
         launch, env, sizes = step.launch, call.env, call.sizes
         for o in launch.outputs:
             dtype = TORCH_DTYPES[o.dtype]
-            shape = plan.shape(o.tensor, sizes)
+            # the launch's own shape: a host reduce_col's partial is (rows, W), not its result's
+            shape = plan.field_shape(o, sizes)
             if o.zeros and not call.poison:
                 env[o.tensor] = torch.zeros(shape, dtype=dtype, device=call.device)
             else:
