@@ -287,7 +287,7 @@ def column_partial_shape(info) -> list:
     """The buffer of a host step's ``reduce_col`` partial (``info``, its TensorInfo): one row of
     fp32 per-column terms per row of the step, (rows, W), which a finalize folds over the rows
     (role ``rowred``: the (m_tiles, N) layout of a GEMM's partials, one row per tile)."""
-    kind, _, width, _, rows = info.partial
+    _, _, width, _, rows = info.partial
     return [rows, width]
 
 

@@ -10,13 +10,14 @@ groups per tile). A chain-level ``finalize`` step folds the partials into the st
 
 from coda_spec.errors import ItemError
 from coda_spec.primitives._reduce import (
-    host_terms,
     SIBLING,
     combine,
     grouped,
+    host_terms,
     of_schema,
     operand_tiles,
     reduce_lower,
+    static_group,
     statistic_inputs,
 )
 from coda_spec.primitives.base import DIM_REF, REDUCTION, Primitive, VType, item_schema
@@ -29,7 +30,7 @@ def _infer(tc, op, ins, tensors):
     group = op.get("group")
     if group is None:
         return (VType("rowpart", tile.width),)
-    g = tc.fold(group, "group")
+    g = static_group(tc, op, "reduce_row")
     if isinstance(tile.width, int) and isinstance(g, int) and tile.width % g:
         raise ItemError(
             f"reduce_row: width {tile.width} is not a multiple of group {g}",
