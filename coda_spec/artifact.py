@@ -107,6 +107,10 @@ SHAPES = (
 READ_ROLES = frozenset({"tile", "index", "row", "col", "scalar"})
 WRITE_ROLES = frozenset({"aux", "select", "colred", "rowred", "group_out"})
 PARTIAL_ROLES = frozenset({"colred", "rowred", "group_out"})
+# The transform of an acc_pair kernel's half-width fp32 output field: the (M, W) fp32 chain
+# tensor is passed as its (M, 2 W) bfloat16 view, the bytes a full-width 16-bit store writes
+# (``coda_spec.lower.quack_ops.pair_f32``); the compile passes an (M, W) bfloat16 stand-in.
+F32_BITS = "f32_bits"
 SPLIT_K = frozenset({"split_k_semaphore", "split_k_workspace"})  # QuACK's, passed as None
 
 Expr = Any  # a shape expression: an int literal or a dim expression text ("D", "cdiv(M,128)")
@@ -138,7 +142,7 @@ class Field:
     dtype: str
     # runtime view/conversion: "" | "to_fp32" | "as_uint8" (a bool tile's bytes) | a "+"-joined
     # pipeline over a row vector of "repeat" (a per-head vector repeated to the field's width)
-    # and "turns_table" (RoPE's)
+    # and "turns_table" (RoPE's) | "f32_bits" (F32_BITS: an aux fp32 tile passed as its bytes)
     transform: str = ""
     fold: str = ""  # partial buffers: how a finalize folds them (sum | max | logsumexp)
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from coda_spec import artifact, builddir, stages
 from coda_spec.config import DEFAULT, BuildConfig, config_text, parse_config
 from coda_spec.errors import Diagnostic, SpecError, ToolError
+from coda_spec.finalize import partial_fold
 from coda_spec.frontend import run_stages
 from coda_spec.ir import to_data
 from coda_spec.lower import triton_aot
@@ -254,19 +255,23 @@ def aot_kernels(checked, meta: dict) -> list:
     that wrote it, as the fallback variant lays it out (the tile count is a launch argument)."""
 
     spec = checked.spec
-    out, folded = [], set()
+    out, folded, written = [], set(), {}
     for s in spec.all_steps():
         if s.kind == "host":
             k = host_kernel(checked, s)
             out.append(k)
             folded.update(k.folds)
+            written.update((o["tensor"], o) for o in k.outputs)
     fields = {f["tensor"]: f for k in meta["kernels"] for f in k["fields"]}
     for s in spec.all_steps():
         if s.kind != "finalize" or s.name in folded:
             continue
         data = finalize_data(s, checked.analysis)
         f = fields.get(s.of)
-        if f is None:  # a host step's partial: complete per row
+        part = checked.analysis.tensor(s.of).partial
+        if f is None and part[0] == "colpart":  # a host reduce_col's (rows, W) per-row terms
+            role, fold, shape = "rowred", partial_fold(part[1]), written[s.of]["shape"]
+        elif f is None:  # a host step's row partial: complete per row
             role, fold, shape = "exact", None, meta["tensors"][s.of]["shape"]
         else:
             role, fold, shape = f["role"], f["fold"], f["shape"]

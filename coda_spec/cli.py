@@ -49,6 +49,7 @@ from coda_spec.errors import (
 )
 from coda_spec.frontend import check_file
 from coda_spec.grad.command import run_grad
+from coda_spec.lower.dry_run import lowering_refusals
 from coda_spec.mathcheck import coverage_diagnostics, diagnostics, prove
 from coda_spec.primitives import registry
 from coda_spec.schema import schema_json
@@ -204,8 +205,13 @@ def check(paths, exclude, fmt, quiet, math):
             tool_failed = True
             diags.append(Diagnostic(str(f), 0, 0, "<file>", str(e).split(": ", 1)[-1]))
             continue
-        diags.extend(checked.analysis.warnings)
         lines_of[str(f)] = checked.source.lines
+        refused = lowering_refusals(checked)  # what build's lower stage would refuse
+        if refused:
+            invalid += 1
+            diags.extend(refused)
+            continue
+        diags.extend(checked.analysis.warnings)
         report = prover(checked) if prover else None
         if report is not None and not report.ok:
             wrong += 1

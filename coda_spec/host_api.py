@@ -82,6 +82,7 @@ class HostCtx:
         self.indexes: dict = {}
         self.offsets_: dict = {}
         self.partials: dict = {}  # partial tensor -> its per-row value (after the loop)
+        self.column_partials: list = []  # reduce_col partials: (rows, W) fp32 per-row terms
         self.dims: list = []  # (parameter, dim expression, comment): i32 launch arguments
         self.op = None  # the item being lowered (None: the step itself)
         self.phase = PRE
@@ -359,6 +360,16 @@ class HostCtx:
             self.pre(f"{name} = tl.load({self.ptr(tensor)} + row)")
             self.indexes[tensor] = name
         return self.indexes[tensor]
+
+    def column_partial(self, tensor: str, lanes: int) -> str:
+        """A pointer to this program's row of the (rows, W) fp32 buffer that holds a column
+        reduction's per-row terms (``reduce_col``: a finalize folds it over the rows, as it
+        folds a GEMM's per-tile partials; here a tile is one row)."""
+        self.column_partials.append(tensor)
+        name = self.fresh(f"{self.ident(tensor)}_row")
+        stride = "SLOTS" if lanes == 1 else f"(SLOTS * {lanes})"
+        self.pre(f"{name} = {self.out(tensor)} + row * {stride}")
+        return name
 
     def partial(self, tensor: str, expr: str) -> None:
         """Record a finished per-row partial (a name bound after the loop) and write it."""

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from coda_spec import dims
-from coda_spec.artifact import Field
+from coda_spec.artifact import F32_BITS, Field
 from coda_spec.errors import ItemError
 
 # Every name generated code may use, by the module kernel.py imports it from. A kernel.py
@@ -108,7 +108,7 @@ KERNEL_IMPORTS = MappingProxyType(
             "round_fp16",
             "select",
         ),
-        "coda_spec.lower.quack_ops": ("GroupStat",),
+        "coda_spec.lower.quack_ops": ("GroupStat", "PairF32Store"),
         "cutlass": ("Int64",),  # a Scalar op's element type: Scalar("seed", dtype=Int64)
         "coda_spec.lower.quack_private": ("angle_turns", "sincos_turns"),
     }
@@ -463,10 +463,18 @@ class LowerCtx:
         return "c"
 
     def aux_output(self, name: str, tensor: str, shape: tuple, dtype: str, expr: str, gated: bool):
-        """An aux ``TileStore`` of ``expr`` to ``tensor``."""
-        store = self.op("TileStore", name, gated=True) if gated else self.op("TileStore", name)
+        """An aux ``TileStore`` of ``expr`` to ``tensor``. A gated (half-width, acc_pair) fp32
+        output is a ``PairF32Store``: its bits stored as the full-width 16-bit tile they are
+        (``coda_spec.lower.quack_ops.pair_f32``; the field's transform ``f32_bits``)."""
+        transform = ""
+        if gated and dtype == "fp32":
+            store, transform = self.op("PairF32Store", name), F32_BITS
+        elif gated:
+            store = self.op("TileStore", name, gated=True)
+        else:
+            store = self.op("TileStore", name)
         self._outputs.append(store)
-        self._fields.append(Field(name, tensor, "aux", tuple(shape), dtype))
+        self._fields.append(Field(name, tensor, "aux", tuple(shape), dtype, transform))
         self._returns[name] = expr
 
     def reduce(self, name: str, op_expr: str, expr: str, f: Field, what: str):

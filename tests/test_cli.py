@@ -402,4 +402,5 @@ def test_primitives_says_where_each_lowers():
     assert (
         where["onehot"] == "lowers in: GEMM epilogues (not in packed_pair kernels) and host steps"
     )
-    assert where["reduce_col"] == "lowers in: GEMM epilogues"  # a column sum spans programs
+    assert where["prepass"] == "lowers in: GEMM epilogues"  # it needs the row before the pass
+    assert where["reduce_col"] == "lowers in: GEMM epilogues and host steps"

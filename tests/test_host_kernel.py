@@ -23,7 +23,7 @@ import pytest
 from coda_spec.errors import SpecError
 from coda_spec.frontend import check_file
 from coda_spec.lower.host_kernel import HostKernelError, host_kernel
-from tests.conftest import ROOT, SPECS, assert_golden, checked_text, needs_triton
+from tests.conftest import ROOT, SPECS, assert_golden, checked_text, coda_check, needs_triton
 
 GOLDEN = ROOT / "tests" / "golden" / "host_kernels"
 EXTRA = "tests/specs_extra"
@@ -78,6 +78,13 @@ CASES = {
         "rows": 9,
         "block": 8,  # 20 slots of 2 lanes
         "force": {"idx": {"0": 39, "1": -1, "2": 0}},  # last column, ignored, first column
+    },
+    "reduce_col": {  # per-row terms to an (M, W) buffer, folded here as the finalize folds them
+        "spec": "tests/primitives/reduce_col.yaml",
+        "step": "hs",
+        "dims": {"F": 104},  # chunks of 16 columns; the 7th holds 8
+        "rows": 7,
+        "block": 16,
     },
     "host_vector": {
         "spec": f"{EXTRA}/host_vector.yaml",
@@ -297,19 +304,53 @@ steps:
 """
 
 
-def test_unsupported_primitive_is_a_clear_error():
-    checked = check_file(f"{EXTRA}/empty_reductions.yaml")
+PREPASS_IN_HOST = """\
+coda: 1
+name: inline
+dims: {M: dynamic, W: 64}
+tensors:
+  x: {shape: [M, W], dtype: bf16}
+steps:
+  - host: h
+    over: x
+    body:
+      - {load_tile: x}
+      - {prepass: mean, of: x, as: mu}
+      - {sub: [x, mu], as: y}
+      - {store: y}
+outputs: {y: bf16}
+"""
+
+
+def test_unsupported_primitive_is_a_clear_error(tmp_path):
+    """A primitive without a host lowering: the host kernel's located refusal, which ``coda
+    check`` gives too (issue 31: check called it valid, build refused it)."""
+    checked = checked_text(PREPASS_IN_HOST, "prepass_host.yaml")
     with pytest.raises(HostKernelError) as info:
-        host_kernel(checked, "col_stats")
+        host_kernel(checked, "h")
     (diag,) = info.value.diagnostics
     assert diag.message.startswith(
-        "host step 'col_stats': primitive 'reduce_col' has no host-kernel lowering (a column "
-        "reduction sums over rows"
+        "host step 'h': primitive 'prepass' has no host-kernel lowering (a per-row statistic"
     )
-    lines = (ROOT / EXTRA / "empty_reductions.yaml").read_text().splitlines()
-    assert "{reduce_col: absmax" in lines[diag.line - 1]  # located at the item
-    assert diag.file == f"{EXTRA}/empty_reductions.yaml"
+    assert (diag.file, diag.line, diag.col) == ("prepass_host.yaml", 11, 9)  # at the item
+    assert diag.hint == "use it in a GEMM epilogue (a kernel step)"
     assert isinstance(info.value, SpecError)
+    path = tmp_path / "prepass_host.yaml"
+    path.write_text(PREPASS_IN_HOST)
+    res = coda_check(str(path))
+    assert res.exit_code == 2
+    want = "prepass_host.yaml:11:9: error: steps[0].body[1]: host step 'h': primitive 'prepass'"
+    assert want in res.output
+
+
+def test_reduce_col_in_a_host_step_lowers():
+    """A host ``reduce_col`` (issue 31: coda grad's bias gradient of a GEMM-less step; build
+    refused it) writes each row's terms to an (M, W) buffer its finalize folds over the rows."""
+    checked = check_file(f"{EXTRA}/empty_reductions.yaml")
+    kernel = host_kernel(checked, "col_stats")
+    shapes = {o["tensor"]: o["shape"] for o in kernel.outputs}
+    assert shapes == {"a_part": ["M", 256], "hs_part": ["M", 256]}
+    assert kernel.folds == ()  # a fold over rows spans programs: the finalize's own kernel
 
 
 def test_second_pass_is_refused_naming_the_item():

@@ -5,6 +5,8 @@
 section is never overwritten by accident), the section is derived (``coda_spec.grad``), and
 the whole result is checked and proven by ``coda check --math``'s prover before anything is
 written: a derived section that fails either is a tool failure (exit 1) and is not written.
+Before the proof it is lowered as ``coda build`` would (``coda_spec.lower.dry_run``, the rule
+``coda check`` runs too): a section the build would refuse is refused (exit 2), not written.
 Diagnostics and progress go to stderr; the spec goes to ``out`` (``-`` is stdout).
 """
 
@@ -27,6 +29,7 @@ from coda_spec.frontend import check_source
 from coda_spec.grad import POLICIES, derive_text
 from coda_spec.grad.facts import Unsupported
 from coda_spec.grad.text import without_backward
+from coda_spec.lower.dry_run import lowering_refusals
 from coda_spec.mathcheck import diagnostics, prove
 from coda_spec.source import load_source, parse_text
 
@@ -119,6 +122,15 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
         for d in e.diagnostics:
             _diag(d.file, derived.text.splitlines(), d)
         return EXIT_TOOL_FAILURE, derived
+    refused = lowering_refusals(result)  # what coda check refuses of it, and build would
+    if refused:
+        _say(
+            f"{src.file}: error: coda build cannot lower the derived backward, so nothing is "
+            "written; write a backward: section for these steps by hand:"
+        )
+        for d in refused:
+            _diag(d.file, derived.text.splitlines(), d)
+        return EXIT_INVALID_SPEC, None
     report = prove(result, coverage=False)
     if not report.ok:
         _say(f"{src.file}: error: the derived backward fails its own proof (a coda bug):")

@@ -249,6 +249,7 @@ def host_kernel(checked, step, block: int | None = None) -> TritonKernel:
                 step,
                 op,
                 f"{prefix}: primitive '{op.prim}' has no host-kernel lowering ({why})",
+                "use it in a GEMM epilogue (a kernel step)",
             )
         no = p.item_refusal(op, "host", spec.dim_sizes())  # analyze refused it (a guard)
         if no is not None:
@@ -280,6 +281,14 @@ def host_kernel(checked, step, block: int | None = None) -> TritonKernel:
 
 
 # -- assembly --------------------------------------------------------------------------------
+
+
+def column_partial_shape(info) -> list:
+    """The buffer of a host step's ``reduce_col`` partial (``info``, its TensorInfo): one row of
+    fp32 per-column terms per row of the step, (rows, W), which a finalize folds over the rows
+    (role ``rowred``: the (m_tiles, N) layout of a GEMM's partials, one row per tile)."""
+    _, _, width, _, rows = info.partial
+    return [rows, width]
 
 
 def _params(hc: HostCtx) -> list:
@@ -346,7 +355,11 @@ def _source(hc: HostCtx, step, entry: str, params: list) -> str:
     ]
     for param, tensor, role in params:
         info = hc.info_of(tensor)
-        banner.append(f"    {param},  # {tensor}: {_shape(info.shape)} {info.dtype}, {role}")
+        if tensor in hc.column_partials:
+            shape, role = column_partial_shape(info), f"{role} (per-row terms a finalize folds)"
+        else:
+            shape = info.shape
+        banner.append(f"    {param},  # {tensor}: {_shape(shape)} {info.dtype}, {role}")
     if len(over.shape) == 1:
         banner.append(f"    SLOTS,  # i32: 1 ({step.over} is a vector: no columns)")
     else:
@@ -389,7 +402,9 @@ def _kernel(hc: HostCtx, step, info, folds) -> TritonKernel:
         {
             "tensor": t,
             "dtype": analysis.tensor(t).dtype,
-            "shape": list(analysis.tensor(t).shape),
+            "shape": column_partial_shape(analysis.tensor(t))
+            if t in hc.column_partials
+            else list(analysis.tensor(t).shape),
             "init": "empty",
         }
         for t in hc.writes

@@ -46,7 +46,7 @@ import time
 import traceback
 from pathlib import Path
 
-from coda_spec.artifact import shape_fn
+from coda_spec.artifact import F32_BITS, shape_fn
 from coda_spec.dtypes import torch_dtype
 from coda_spec.errors import EXIT_OK, EXIT_TOOL_FAILURE
 from coda_spec.lower.quack_private import SM90_STAGES_HOOK, SM90_TILE_SHAPE_HOOK
@@ -154,6 +154,10 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
             # A GroupStat's host arg: the group width as a plain int, a constexpr baked into
             # the kernel (the exported function takes None in this slot at run time).
             epi[f["name"]] = shape_fn(f["shape"][:1])(FakeSizes(sizes))[0]  # "head_dim" too
+        elif f.get("transform") == F32_BITS:
+            # QuACK's frontend checks an acc_pair output as an (M, N/2) 16-bit tensor; the
+            # compiled argument is PairF32Store's (M, N) 16-bit view (its host_fake_arg).
+            epi[f["name"]] = _empty(f["shape"], "bf16", sizes)
         else:
             epi[f["name"]] = _empty(f["shape"], f["dtype"], sizes)
     fn = getattr(mod, k.get("function", k["symbol"]))  # a variant compiles its fallback's fn

@@ -21,6 +21,43 @@ SIBLING = {
 }
 
 
+# Host kernels: each op's per-element term over its operand lanes ({a}; dot: {a} * {b}).
+HOST_TERM = {
+    "sum": "{a}",
+    "sumsq": "{a} * {a}",
+    "dot": "{a} * {b}",
+    "max": "{a}",
+    "absmax": "tl.abs({a})",
+}
+
+
+def host_terms(hc, op, name: str) -> tuple:
+    """(lane count, the per-element term of each lane) of reduction item ``op`` (``name``, its
+    primitive) in a host kernel."""
+    of = op.get("of")
+    vals = [hc.value(x) for x in of] if isinstance(of, list) else [hc.value(of)]
+    n = hc.lane_count(*vals)
+    a, b = hc.spread(vals[0], n), hc.spread(vals[-1], n)
+    kind = op.get(name)
+    return n, [HOST_TERM[kind].format(a=x, b=y) for x, y in zip(a, b, strict=True)]
+
+
+def static_group(tc, op, name: str):
+    """``op``'s ``group`` folded to its static width: the lowering bakes it into the kernel (a
+    constexpr of the statistic, a divisor of tile_N), so a dynamic one is refused here, where
+    ``coda build`` would fail."""
+    group = op.get("group")
+    g = tc.fold(group, "group")
+    if not isinstance(g, int):
+        raise ItemError(
+            f"{name}: group {group!r} is not a static size (it depends on a dynamic dim); the "
+            "group width is compiled into the kernel",
+            "group",
+            "group by a dim with a size under dims: (the head width)",
+        )
+    return g
+
+
 def of_schema(ops):
     one = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
     if "dot" in ops:

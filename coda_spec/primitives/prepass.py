@@ -9,7 +9,13 @@ per (row, group), broadcast over the group's columns.
 """
 
 from coda_spec.errors import ItemError
-from coda_spec.primitives._reduce import SIBLING, group_stat, grouped, statistic_inputs
+from coda_spec.primitives._reduce import (
+    SIBLING,
+    group_stat,
+    grouped,
+    static_group,
+    statistic_inputs,
+)
 from coda_spec.primitives.base import (
     DIM_REF,
     STATEFUL,
@@ -25,7 +31,7 @@ OPS = ("sum", "sumsq", "mean", "meansq", "max", "absmax")
 
 def _infer(tc, op, ins, tensors):
     tile = need_tile(ins["of"], "prepass", "of")
-    g = tc.fold(op.get("group", tile.width), "group")
+    g = tile.width if op.get("group") is None else static_group(tc, op, "prepass")
     if isinstance(tile.width, int) and isinstance(g, int) and tile.width % g:
         raise ItemError(
             f"prepass: width {tile.width} is not a multiple of group {g}",

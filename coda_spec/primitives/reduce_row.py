@@ -13,9 +13,11 @@ from coda_spec.primitives._reduce import (
     SIBLING,
     combine,
     grouped,
+    host_terms,
     of_schema,
     operand_tiles,
     reduce_lower,
+    static_group,
     statistic_inputs,
 )
 from coda_spec.primitives.base import DIM_REF, REDUCTION, Primitive, VType, item_schema
@@ -28,7 +30,7 @@ def _infer(tc, op, ins, tensors):
     group = op.get("group")
     if group is None:
         return (VType("rowpart", tile.width),)
-    g = tc.fold(group, "group")
+    g = static_group(tc, op, "reduce_row")
     if isinstance(tile.width, int) and isinstance(g, int) and tile.width % g:
         raise ItemError(
             f"reduce_row: width {tile.width} is not a multiple of group {g}",
@@ -48,14 +50,6 @@ def _reference(rt, op, ins, tensors):
 
 
 NEG_INF = "float('-inf')"
-# Host kernels: each op's per-element term over its operand lanes ({a}; dot: {a} * {b}).
-HOST_TERM = {
-    "sum": "{a}",
-    "sumsq": "{a} * {a}",
-    "dot": "{a} * {b}",
-    "max": "{a}",
-    "absmax": "tl.abs({a})",
-}
 
 
 def _max_of(terms: list) -> str:
@@ -76,16 +70,13 @@ def _host(hc, op):
             "kernels",
             "reduce per head in a GEMM epilogue, or without group",
         )
-    of = op.get("of")
-    vals = [hc.value(x) for x in of] if isinstance(of, list) else [hc.value(of)]
-    n = hc.lane_count(*vals)
-    a, b = hc.spread(vals[0], n), hc.spread(vals[-1], n)
     name = op.results[0]
     ident = hc.ident(name)
     if kind == "logsumexp":
-        _host_logsumexp(hc, name, ident, a)
+        v = hc.value(op.get("of"))
+        _host_logsumexp(hc, name, ident, hc.spread(v, hc.lane_count(v)))
         return
-    terms = [HOST_TERM[kind].format(a=x, b=y) for x, y in zip(a, b, strict=True)]
+    _, terms = host_terms(hc, op, "reduce_row")
     acc = hc.fresh(f"{ident}_acc")
     if kind in ("max", "absmax"):
         hc.pre(f"{acc} = tl.full([BLOCK], {NEG_INF}, tl.float32)")

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.artifact import SPLIT_K, KernelStep, Manifest
+from coda_spec.artifact import F32_BITS, SPLIT_K, KernelStep, Manifest
 from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.runtime.call import Call, alloc
 from coda_spec.runtime.cubin import Cubin, LaunchError
@@ -353,6 +353,8 @@ class Launcher:
         else:
             buf = alloc(call, shape, dtype)
         made[t] = buf
+        if f.transform == F32_BITS:  # an acc_pair kernel's fp32 half-width tile, as its bytes
+            return buf.view(torch.bfloat16)
         return buf
 
     @staticmethod
@@ -409,7 +411,8 @@ class Launcher:
         launch, env, sizes = step.launch, call.env, call.sizes
         for o in launch.outputs:
             dtype = TORCH_DTYPES[o.dtype]
-            shape = plan.shape(o.tensor, sizes)
+            # the launch's own shape: a host reduce_col's partial is (rows, W), not its result's
+            shape = plan.field_shape(o, sizes)
             if o.zeros and not call.poison:
                 env[o.tensor] = torch.zeros(shape, dtype=dtype, device=call.device)
             else:
