@@ -115,40 +115,7 @@ def test_fuzzed_variants_lower_or_are_refused():
     assert outcomes.count("lowers") >= 10 and outcomes.count("refused") >= 10
 
 
-GELU_MLP = """\
-coda: 1
-name: gelu_mlp
-dims: {M: dynamic, D: 256, F: 1024}
-tensors:
-  x:      {shape: [M, D], dtype: bf16}
-  w_up:   {shape: [F, D], dtype: bf16}
-  b_up:   {shape: [F], dtype: bf16}
-  w_down: {shape: [D, F], dtype: bf16}
-  b_down: {shape: [D], dtype: bf16}
-steps:
-  - kernel: up
-    gemm: {a: x, b: w_up.T}
-    epilogue:
-      - {load_row: b_up}
-      - {add: [acc, b_up], as: z}
-      - {gelu: z, as: h}
-      - {store: z}
-      - {store: h}
-  - kernel: down
-    gemm: {a: h, b: w_down.T}
-    epilogue:
-      - {load_row: b_down}
-      - {add: [acc, b_down], as: y}
-      - {store: y}
-outputs:
-  z: {dtype: bf16, differentiable: false}
-  h: {dtype: bf16, differentiable: false}
-  y: bf16
-equivalent_to: |
-  z = x @ w_up.T + b_up
-  h = gelu(z, approximate='tanh')
-  y = h @ w_down.T + b_down
-"""
+GELU_MLP = ROOT / "tests" / "grad_specs" / "gelu_mlp_bias.yaml"
 
 
 def test_grad_of_a_biased_gelu_mlp_lowers(tmp_path):
@@ -157,8 +124,7 @@ def test_grad_of_a_biased_gelu_mlp_lowers(tmp_path):
     finalize folds the (M, D) per-row terms over the rows."""
     from coda_spec.lower.host_kernel import host_kernel
 
-    src = tmp_path / "gelu_mlp.yaml"
-    src.write_text(GELU_MLP)
+    src = GELU_MLP
     out = tmp_path / "gelu_mlp_grad.yaml"
     code, _ = run_grad(str(src), out=str(out))
     assert code == 0
