@@ -23,6 +23,20 @@ Each gap names the spec inputs the item's operand depends on (traced through the
 for a branch, the side the operand never reaches; it proposes a ``range:`` on one of those
 inputs that does exercise it, found by re-drawing that input over wider (or narrower) ranges
 and re-running the forward steps (``suggest``), or says that none of the tried ranges did.
+
+Column ranges and the proof's dims
+----------------------------------
+A ranged item (``cols: [lo, hi]``) has two sides: inside the range it computes, outside it
+passes its first operand through. Its bounds are dim expressions or literals (``[0, 2048]``: a
+q block, half of a fused projection), and the step's width W shrinks with the proof's dims
+while a literal does not. ``range_relations(checked)`` is, per step, the order of 0, W and
+every range bound of the step (which is below, equal to or above which); the proof's dims must
+keep it (``mathcheck.small`` tries smaller dims only while they do), so a range that leaves
+columns out at the spec's dims leaves some out at the proof's, and ranges that do not overlap
+still do not. ``uncut_ranges(real, case)`` is the rule over a proof's dims: a **gap** per item
+whose range covers its whole tile at ``case``'s dims but not at the spec's (``real``), whose
+pass-through side the proof therefore never runs; ``mathcheck.prove`` reports them with the
+other gaps (never at the dims ``small`` picks; a guard for dims chosen any other way).
 """
 
 from __future__ import annotations
@@ -91,6 +105,63 @@ def gaps(case, sizes: dict, drawn: dict, seed: int = 0) -> tuple:
         if not hint:
             hint = _depends_hint(spec, inputs, name)
         out.append(Gap(site, op, "; ".join(parts), hint))
+    return tuple(out)
+
+
+def ranged_items(checked) -> tuple:
+    """``(site, op, (lo, hi), width)`` of every ranged item, at ``checked``'s dims."""
+    from coda_spec.primitives._ranges import bounds
+
+    sizes = {d.name: d.size for d in checked.spec.dims if d.size is not None}
+    infos = iter(info for _, info in checked.analysis.step_infos())
+    out = []
+    for section, steps in checked.spec.sections():
+        for si, step in enumerate(steps):
+            info = next(infos)
+            ops = step.epilogue if step.kind == "kernel" else getattr(step, "body", ())
+            for oi, op in enumerate(ops):
+                if op.get("cols") is not None:
+                    out.append(((section, si, oi), op, bounds(op, sizes), info.width))
+    return tuple(out)
+
+
+def range_relations(checked) -> dict:
+    """``(section, step) -> `` the order of 0, the step's width and its ranges' bounds (the
+    module doc): each pair of them as below (-1), equal (0) or above (1)."""
+    points: dict = {}
+    for (section, si, oi), _op, (lo, hi), width in ranged_items(checked):
+        step = points.setdefault((section, si), {"0": 0, "W": width})
+        step[f"{oi}.lo"], step[f"{oi}.hi"] = lo, hi
+    out = {}
+    for key, named in points.items():
+        names = sorted(named)
+        out[key] = tuple(
+            (a, b, (named[a] > named[b]) - (named[a] < named[b]))
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+        )
+    return out
+
+
+def uncut_ranges(real, case) -> tuple:
+    """A gap per item whose range covers its whole tile at ``case``'s dims but not at the
+    spec's (``real``): the proof at ``case``'s dims never runs its pass-through side."""
+    at_real = {site: (rng, w) for site, _op, rng, w in ranged_items(real)}
+    out = []
+    for site, op, (lo, hi), width in ranged_items(case):
+        (rlo, rhi), rwidth = at_real[site]
+        if (lo, hi) == (0, width) and (rlo, rhi) != (0, rwidth):
+            out.append(
+                Gap(
+                    site,
+                    op,
+                    f"its range cols: [{lo}, {hi}) covers the whole {width}-column tile at "
+                    f"these dims, so its pass-through side is never checked (at the spec's "
+                    f"dims it is [{rlo}, {rhi}) of {rwidth} columns)",
+                    "prove it at dims that keep the range inside the tile (coda check --math "
+                    "does; a smaller tile than the range's bounds cannot)",
+                )
+            )
     return tuple(out)
 
 
