@@ -53,21 +53,22 @@ def small(checked: Checked, factors=SHRINK) -> Checked:
 
     The first candidate whose dims pass every shape rule, whose derived inputs follow them, and
     that keeps every column range's relation to its step's width and to the other ranges of the
-    step (``coverage.range_relations``: a literal bound does not shrink with the dims, so at
-    F = 2048 ``cols: [0, 2048]`` would cover the whole tile, and the pass-through half of an
-    F = 4096 spec would never be tested) wins. Each factor is tried on every dim, then, for a
-    spec with ranges, with one dim kept at its size (the width a literal range cuts); f = 1 keeps
-    the spec's own dims, which keep every relation.
+    step, and every literal bound of ``equivalent_to``'s to each dim (``coverage.relations``: a
+    literal does not shrink with the dims, so at F = 2048 ``cols: [0, 2048]`` would cover the
+    whole tile, and the pass-through half of an F = 4096 spec would never be tested) wins. Each
+    factor is tried on every dim, then, for a spec with ranges or literal bounds, with one dim
+    kept at its size (the width a literal range cuts); f = 1 keeps the spec's own dims, which
+    keep every relation.
     """
-    from coda_spec.coverage import range_relations
+    from coda_spec.coverage import relations as kept
     from coda_spec.inputs import derive_mismatches
 
-    relations = range_relations(checked)
+    relations = kept(checked)
     static = [d for d in checked.spec.dims if d.size]
     last = None
     for f in factors:
         shrunk = {d.name: max(d.size // f, min(d.size, 64)) for d in static}
-        keeps = [None] + ([d.name for d in static] if relations and f > 1 else [])
+        keeps = [None] + ([d.name for d in static] if any(relations) and f > 1 else [])
         for keep in keeps:
             ov = {**shrunk, **({keep: checked.spec.dim_sizes()[keep]} if keep else {})}
             try:
@@ -80,7 +81,7 @@ def small(checked: Checked, factors=SHRINK) -> Checked:
             # a derive with a fixed count (cat([q_norm] * 4)) does not follow shrunk dims
             if derive_mismatches(case.spec, sizes_of(case)):
                 continue
-            if range_relations(case) == relations:
+            if kept(case) == relations:
                 return case
     raise last
 
