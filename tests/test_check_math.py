@@ -174,9 +174,9 @@ def test_backward_output_that_is_not_a_gradient():
     report = prove(checked)
     (bad,) = [p for p in report.proofs if not p.ok]
     assert bad.output == "dw_gu" and bad.status == "unproven"
-    assert "not a gradient" in bad.note
+    assert "neither a gradient (backward.grads) nor a recomputed forward value" in bad.note
     (d,) = diagnostics(checked, report)
-    assert "declare it in backward.grads as 'dw_gu: <forward tensor>'" in d.hint
+    assert "a gradient: declare it as 'dw_gu: <forward tensor>' in backward.grads" in d.hint
     assert d.path.startswith("backward.steps[2]")  # at the item that writes dw_gu
 
 

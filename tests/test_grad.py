@@ -308,3 +308,12 @@ def test_keep_names_a_tensor_of_the_forward(tmp_path):
     res = invoke("grad", RANGED, "--keep", "h,nope", "-o", out)
     assert res.exit_code == 2 and not out.exists(), res.output
     assert "error: --keep: 'nope' is not a tensor of the forward; choose from b_up," in res.output
+
+
+def test_a_derived_pair_backward_gives_check_no_warning():
+    """coda grad's {dswiglu: d_out, z: z, as: [dz, out_r]} made check warn "value 'out_r' is
+    never used": the item runs for dz, its recomputed activation is no dead code."""
+    from tests.conftest import coda_check
+
+    res = coda_check(ROOT / "specs" / "grad" / "f3_norm_swiglu.yaml")
+    assert res.exit_code == 0 and "warning" not in res.output, res.output
