@@ -208,22 +208,63 @@ def backward_scope(src, spec, fwd_tensors, inputs, diags, warnings) -> dict:
             "",
             src_loc(src, path),
         )
+    recomputed = _recomputes(src, bw, fwd_tensors, grad_names, bouts, diags)
     for o in bw.outputs:
-        if o.name not in grad_names:
+        if o.name not in grad_names and o.name not in recomputed:
             warnings.append(
                 Diagnostic(
                     src.file,
                     o.loc.line,
                     o.loc.col,
                     f"backward.outputs.{o.name}",
-                    f"backward output '{o.name}' is not in backward.grads, so "
-                    "'coda check --math' cannot prove it",
-                    did_you_mean(o.name, grad_names)
-                    or f"declare it as '{o.name}: <forward tensor>' in backward.grads",
+                    f"backward output '{o.name}' is neither in backward.grads nor in "
+                    "backward.recomputes, so 'coda check --math' cannot prove it",
+                    " ".join(
+                        x for x in (did_you_mean(o.name, grad_names), unlisted_hint(o.name)) if x
+                    ),
                     severity="warning",
                 )
             )
     return scope, reported
+
+
+def unlisted_hint(name: str) -> str:
+    """How to declare a backward output nothing proves (check's warning, --math's error)."""
+    return (
+        f"a gradient: declare it as '{name}: <forward tensor>' in backward.grads; a recomputed "
+        f"forward value (an activation stored for a weight gradient): as '{name}: <forward "
+        "tensor>' in backward.recomputes"
+    )
+
+
+def _recomputes(src, bw, fwd_tensors, grad_names, bouts, diags) -> set:
+    """The ``backward.recomputes`` entries (output -> the forward tensor it recomputes), each
+    a produced backward output of a known forward tensor, never a gradient too."""
+    out = set()
+    for name, of in bw.recomputes:
+        path = ("backward", "recomputes", name)
+        if of not in fwd_tensors:
+            why = f"'{name}' recomputes unknown tensor '{of}'", did_you_mean(of, fwd_tensors)
+        elif name in fwd_tensors:
+            why = (
+                f"recomputed value '{name}' shadows a forward tensor",
+                f"name it {name}_r (it is stored by the backward, beside '{name}')",
+            )
+        elif name in grad_names:
+            why = (
+                f"'{name}' is in backward.grads and backward.recomputes",
+                "a backward output is a gradient or a recomputed forward value: keep one",
+            )
+        elif name not in bouts:
+            why = (
+                f"'{name}' recomputes '{of}', but backward.outputs does not list it",
+                f"add '{name}' to backward.outputs (the backward step that stores it produces it)",
+            )
+        else:
+            out.add(name)
+            continue
+        diags.append(src.diag(path, why[0], why[1], key=True))
+    return out
 
 
 def src_loc(src, path):

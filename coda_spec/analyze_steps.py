@@ -254,8 +254,11 @@ class StepWalker:
                 f"step '{step.name}' writes nothing",
                 f"add `- {{store: {outs[0]}}}`" if outs else "add a store or a reduction",
             )
+        # an item with two results (dswiglu's [dz, out]) runs for the one that is used: its other
+        # result (the recomputed activation coda grad names out_r) is no dead code
+        live = {loc.path for _t, loc, used in env.values() if used and loc is not None}
         for name, (_t, loc, used) in env.items():
-            if not used:
+            if not used and loc.path not in live:
                 self.warnings.append(
                     Diagnostic(
                         self.src.file,

@@ -718,8 +718,10 @@ GRAD_HELP = f"""Derive SPEC's fused backward: section from its forward steps.
     Writes the spec with a backward: section in CODA's schedule (each epilogue's backward in the
     epilogue of the dgrad GEMM that produces its gradient, deferred norms by the zdz row dot),
     proven by check --math before it is written. Incoming gradients are named d_<output>.
-    {_exits(0, 1, 2)} 2: an invalid spec, or a forward op the derivation cannot handle (located,
-    naming the op); 1: the derived section failed its own proof (never written).
+    {_exits(0, 1, 2, 3)} 2: an invalid spec, or a forward op the derivation cannot handle
+    (located, naming the op); 3: the forward fails its own proof (its equivalent_to states
+    other math than its steps; nothing written); 1: the derived section failed its own proof
+    (never written).
     """
 
 

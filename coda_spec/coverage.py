@@ -23,10 +23,30 @@ Each gap names the spec inputs the item's operand depends on (traced through the
 for a branch, the side the operand never reaches; it proposes a ``range:`` on one of those
 inputs that does exercise it, found by re-drawing that input over wider (or narrower) ranges
 and re-running the forward steps (``suggest``), or says that none of the tried ranges did.
+
+Column ranges and the proof's dims
+----------------------------------
+A ranged item (``cols: [lo, hi]``) has two sides: inside the range it computes, outside it
+passes its first operand through. Its bounds are dim expressions or literals (``[0, 2048]``: a q
+block, half of a fused projection), and the step's width W shrinks with the proof's dims while a
+literal does not. ``range_relations(checked)`` is, per step, the order of 0, W and every range
+bound of the step (which is below, equal to or above which); the proof's dims must keep it
+(``mathcheck.small`` tries smaller dims only while they do), so a range that leaves columns out
+at the spec's dims leaves some out at the proof's, and ranges that do not overlap still do not.
+The unfused math states the same cut with literals (``z[:, :2048]``, ``where(arange(F) < 2048,
+...)``): ``literal_bounds`` finds those of 64 or more (a smaller one keeps its order with every
+dim, which never shrinks below 64), and each must stay below, equal to or above each dim as at
+the spec's dims (``relations``): deleting the range would otherwise pass a proof at dims where
+the literal covers every column. ``uncut_ranges(real, case)`` is the rule over a proof's dims: a
+**gap** per item whose range covers its whole tile at ``case``'s dims but not at the spec's
+(``real``), whose pass-through side the proof therefore never runs; ``mathcheck.prove`` reports
+them with the other gaps (never at the dims ``small`` picks; a guard for dims chosen any other
+way).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, replace
 
@@ -34,6 +54,7 @@ import torch
 
 from coda_spec import dims as dimmod
 from coda_spec.equivalence import RTOL, compare, draw
+from coda_spec.expr import parse
 from coda_spec.inputs import make_inputs
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import ELEMENTWISE
@@ -91,6 +112,102 @@ def gaps(case, sizes: dict, drawn: dict, seed: int = 0) -> tuple:
         if not hint:
             hint = _depends_hint(spec, inputs, name)
         out.append(Gap(site, op, "; ".join(parts), hint))
+    return tuple(out)
+
+
+def ranged_items(checked) -> tuple:
+    """``(site, op, (lo, hi), width)`` of every ranged item, at ``checked``'s dims."""
+    from coda_spec.primitives._ranges import bounds
+
+    sizes = {d.name: d.size for d in checked.spec.dims if d.size is not None}
+    infos = iter(info for _, info in checked.analysis.step_infos())
+    out = []
+    for section, steps in checked.spec.sections():
+        for si, step in enumerate(steps):
+            info = next(infos)
+            ops = step.epilogue if step.kind == "kernel" else getattr(step, "body", ())
+            for oi, op in enumerate(ops):
+                if op.get("cols") is not None:
+                    out.append(((section, si, oi), op, bounds(op, sizes), info.width))
+    return tuple(out)
+
+
+def range_relations(checked) -> dict:
+    """``(section, step) -> `` the order of 0, the step's width and its ranges' bounds (the
+    module doc): each pair of them as below (-1), equal (0) or above (1)."""
+    points: dict = {}
+    for (section, si, oi), _op, (lo, hi), width in ranged_items(checked):
+        step = points.setdefault((section, si), {"0": 0, "W": width})
+        step[f"{oi}.lo"], step[f"{oi}.hi"] = lo, hi
+    out = {}
+    for key, named in points.items():
+        names = sorted(named)
+        out[key] = tuple(
+            (a, b, (named[a] > named[b]) - (named[a] < named[b]))
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+        )
+    return out
+
+
+SMALLEST_SHRUNK = 64  # mathcheck.small never shrinks a dim below this: a smaller literal keeps
+
+
+def literal_bounds(spec) -> tuple:
+    """The integer literals ``equivalent_to`` cuts columns or compares with (a slice bound,
+    ``z[:, :2048]``; a comparison, ``where(arange(F) < 2048, ...)``) that a shrunk dim could
+    pass: the other half of a literal ``cols:`` range, stated in the unfused math (a negative
+    literal, ``target != -100``, cuts no columns)."""
+    if spec.equivalent_to is None:
+        return ()
+    found = set()
+    for _target, node in parse(spec.equivalent_to).statements:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Slice):
+                parts = (sub.lower, sub.upper)
+            elif isinstance(sub, ast.Compare):
+                parts = (sub.left, *sub.comparators)
+            else:
+                continue
+            for x in parts:
+                if isinstance(x, ast.Constant) and type(x.value) is int:
+                    if x.value >= SMALLEST_SHRUNK:
+                        found.add(x.value)
+    return tuple(sorted(found))
+
+
+def relations(checked) -> tuple:
+    """What the proof's dims must keep of the spec's (the module doc): every step's
+    ``range_relations``, and each ``literal_bounds`` literal below, equal to or above each
+    static dim."""
+    dims = {d.name: d.size for d in checked.spec.dims if d.size is not None}
+    literal = tuple(
+        (n, name, (n > size) - (n < size))
+        for n in literal_bounds(checked.spec)
+        for name, size in dims.items()
+    )
+    return tuple(sorted(range_relations(checked).items())), literal
+
+
+def uncut_ranges(real, case) -> tuple:
+    """A gap per item whose range covers its whole tile at ``case``'s dims but not at the
+    spec's (``real``): the proof at ``case``'s dims never runs its pass-through side."""
+    at_real = {site: (rng, w) for site, _op, rng, w in ranged_items(real)}
+    out = []
+    for site, op, (lo, hi), width in ranged_items(case):
+        (rlo, rhi), rwidth = at_real[site]
+        if (lo, hi) == (0, width) and (rlo, rhi) != (0, rwidth):
+            out.append(
+                Gap(
+                    site,
+                    op,
+                    f"its range cols: [{lo}, {hi}) covers the whole {width}-column tile at "
+                    f"these dims, so its pass-through side is never checked (at the spec's "
+                    f"dims it is [{rlo}, {rhi}) of {rwidth} columns)",
+                    "prove it at dims that keep the range inside the tile (coda check --math "
+                    "does; a smaller tile than the range's bounds cannot)",
+                )
+            )
     return tuple(out)
 
 

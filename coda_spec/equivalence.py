@@ -4,12 +4,15 @@
   same bf16-valued inputs, with the reference interpreter's value. Agreement to ~1e-10 relative
   proves the reparameterization (deferred norm, zdz, dSwiGLU, RoPE orthogonality, LSE fold).
 * ``check_backward``: for a spec with a ``backward:`` section, EVERY backward output is compared
-  with ``torch.autograd`` of the forward's ``equivalent_to`` under the same random cotangents:
+  with ``torch.autograd`` of the forward's ``equivalent_to`` under the same random cotangents
+  (an output in ``backward.recomputes``, a forward value the backward recomputes and stores,
+  e.g. dGeGLU's activation for the weight gradient, with that value: the input, or what
+  ``equivalent_to`` assigns the tensor):
   the total derivative of ``sum_g <fwd[of(g)], g>`` over the incoming gradients ``g``, taken
   with respect to the input or the ``equivalent_to`` intermediate the output is the gradient of
   (dSwiGLU's ``dz`` is the gradient of the intermediate ``z``; autograd differentiates with
   respect to that node of the graph, exactly as if it were a leaf). An output that cannot be
-  proven (not a gradient in ``backward.grads``, or the gradient of a tensor ``equivalent_to``
+  proven (neither a gradient nor a recomputed value, or the gradient of a tensor ``equivalent_to``
   never computes) is returned as a failed comparison with a note, never skipped.
 * ``mutants``: every single-primitive change of a spec (a sibling primitive from the primitive's
   own ``mutants``, or a perturbation of the item's result) must make one of the above fail.
@@ -37,6 +40,7 @@ class Comparison:
     max_abs: float
     note: str = ""  # why the output could not be compared (then rel_err is inf)
     factor: float | None = None  # got == factor * want everywhere (a constant factor off), or None
+    recomputes: str = ""  # a backward output that recomputes this forward tensor (not a gradient)
 
     @property
     def ok(self) -> bool:
@@ -87,8 +91,8 @@ def check_equivalence(
     return [compare(n, got[n], want[n]) for n in want if n in outs]
 
 
-def unprovable(name: str, why: str) -> Comparison:
-    return Comparison(name, float("inf"), float("inf"), why)
+def unprovable(name: str, why: str, recomputes: str = "") -> Comparison:
+    return Comparison(name, float("inf"), float("inf"), why, recomputes=recomputes)
 
 
 def check_backward(
@@ -101,6 +105,7 @@ def check_backward(
     exact, grads = drawn["inputs"], drawn["grads"]
     got = run(analysis, exact, "fp64", sizes, grads=grads, perturb=perturb, hook=hook)
     grad_of = dict(spec.backward.grads)
+    recomputes = dict(spec.backward.recomputes)
     leaves = {
         k: v.detach().clone().requires_grad_(True)
         for k, v in exact.items()
@@ -122,8 +127,16 @@ def check_backward(
         out, wrt, names = [], [], []
         for o in spec.backward.outputs:
             of = grad_of.get(o.name)
-            if of is None:
-                out.append(unprovable(o.name, "not a gradient listed in backward.grads"))
+            if o.name in recomputes:
+                out.append(_recomputed(o.name, recomputes[o.name], got, value))
+            elif of is None:
+                out.append(
+                    unprovable(
+                        o.name,
+                        "neither a gradient (backward.grads) nor a recomputed forward "
+                        "value (backward.recomputes)",
+                    )
+                )
             elif missing:
                 out.append(
                     unprovable(o.name, "; ".join(missing) + ", which equivalent_to never computes")
@@ -149,6 +162,18 @@ def check_backward(
         a = torch.zeros_like(w) if a is None else a  # no path from the cotangents: 0
         out.append(compare(name, got[name], a.detach()))
     return out
+
+
+def _recomputed(name: str, of: str, got: dict, value: dict) -> Comparison:
+    """A backward output that recomputes forward tensor ``of`` (``backward.recomputes``)
+    against ``of``'s value: the input, or what ``equivalent_to`` assigns it."""
+    if of not in value:
+        return unprovable(
+            name,
+            f"it recomputes '{of}', which equivalent_to never computes (assign '{of} = ...' there)",
+            of,
+        )
+    return replace(compare(name, got[name], value[of].detach()), recomputes=of)
 
 
 def mutants(checked):

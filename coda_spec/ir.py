@@ -142,6 +142,9 @@ class Backward:
     steps: tuple
     outputs: tuple  # tuple[Output, ...]
     loc: Loc = field(compare=False)
+    # ((output, forward tensor), ...): backward outputs that recompute a forward value (dGeGLU's
+    # recomputed activation, stored for the weight gradient), proven equal to it
+    recomputes: tuple = ()
 
 
 @dataclass(frozen=True)

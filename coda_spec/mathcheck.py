@@ -12,7 +12,8 @@ inputs from a fixed seed:
 * forward: every chain output against the ``equivalent_to`` statement that assigns it;
 * backward (a ``backward:`` section): every backward output against ``torch.autograd`` of the
   forward ``equivalent_to``, including gradients of forward intermediates
-  (``coda_spec.equivalence.check_backward``).
+  (``coda_spec.equivalence.check_backward``); a ``backward.recomputes`` output (a forward value
+  the backward recomputes and stores) against that forward value.
 
 Each output gets one ``Proof``: ``proven`` (relative error <= ``RTOL``), ``mismatch`` or
 ``unproven`` (nothing states its math: no ``equivalent_to``, an output it does not assign, a
@@ -38,6 +39,7 @@ import time
 from dataclasses import dataclass
 
 from coda_spec.analyze import program_diag
+from coda_spec.analyze_order import unlisted_hint
 from coda_spec.errors import Diagnostic, SpecError
 from coda_spec.expr import ExprError, parse
 from coda_spec.frontend import Checked, with_dims
@@ -49,22 +51,38 @@ SHRINK = (16, 8, 4, 2, 1)  # tried in order until the spec's shape rules hold at
 def small(checked: Checked, factors=SHRINK) -> Checked:
     """``checked`` re-analyzed at small static dims: d -> max(d // f, min(d, 64)).
 
-    The first factor whose dims pass every shape rule, and whose derived inputs follow them,
-    wins (f = 1 keeps the spec's own dims).
+    The first candidate whose dims pass every shape rule, whose derived inputs follow them, and
+    that keeps every column range's relation to its step's width and to the other ranges of the
+    step, and every literal bound of ``equivalent_to``'s to each dim (``coverage.relations``: a
+    literal does not shrink with the dims, so at F = 2048 ``cols: [0, 2048]`` would cover the
+    whole tile, and the pass-through half of an F = 4096 spec would never be tested) wins. Each
+    factor is tried on every dim, then, for a spec with ranges or literal bounds, with one dim
+    kept at its size (the width a literal range cuts); f = 1 keeps the spec's own dims, which
+    keep every relation.
     """
+    from coda_spec.coverage import relations as kept
     from coda_spec.inputs import derive_mismatches
 
+    relations = kept(checked)
+    static = [d for d in checked.spec.dims if d.size]
     last = None
     for f in factors:
-        ov = {d.name: max(d.size // f, min(d.size, 64)) for d in checked.spec.dims if d.size}
-        try:
-            case = with_dims(checked, ov)
-        except SpecError as e:
-            last = e
-            continue
-        # a derive with a fixed count (cat([q_norm] * 4)) does not follow shrunk dims
-        if f == 1 or not derive_mismatches(case.spec, sizes_of(case)):
-            return case
+        shrunk = {d.name: max(d.size // f, min(d.size, 64)) for d in static}
+        keeps = [None] + ([d.name for d in static] if any(relations) and f > 1 else [])
+        for keep in keeps:
+            ov = {**shrunk, **({keep: checked.spec.dim_sizes()[keep]} if keep else {})}
+            try:
+                case = with_dims(checked, ov)
+            except SpecError as e:
+                last = last if keep else e  # the every-dim candidate's error, if all fail
+                continue
+            if f == 1:
+                return case
+            # a derive with a fixed count (cat([q_norm] * 4)) does not follow shrunk dims
+            if derive_mismatches(case.spec, sizes_of(case)):
+                continue
+            if kept(case) == relations:
+                return case
     raise last
 
 
@@ -82,10 +100,16 @@ class Proof:
     max_abs: float
     note: str = ""
     factor: float | None = None  # the output is factor x the expected value everywhere
+    recomputes: str = ""  # a backward output that recomputes this forward tensor (no gradient)
 
     @property
     def ok(self) -> bool:
         return self.status == "proven"
+
+    @property
+    def kind(self) -> str:
+        """What the proof compares: "forward", "backward" (a gradient) or "recomputes"."""
+        return "recomputes" if self.recomputes else self.section
 
 
 @dataclass(frozen=True)
@@ -103,13 +127,18 @@ class MathReport:
 
     def summary(self) -> str:
         parts = []
-        for section, what in (("forward", "equal equivalent_to"), ("backward", "equal autograd")):
-            ps = [p for p in self.proofs if p.section == section]
+        kinds = (
+            ("forward", "forward outputs", "equal equivalent_to"),
+            ("backward", "backward outputs", "equal autograd"),
+            ("recomputes", "recomputed values", "equal the forward"),
+        )
+        for section, noun, what in kinds:
+            ps = [p for p in self.proofs if p.kind == section]
             if not ps:
                 continue
             good = [p for p in ps if p.ok]
             worst = max((p.rel_err for p in good), default=0.0)
-            parts.append(f"{len(good)}/{len(ps)} {section} outputs {what} (worst {worst:.1e})")
+            parts.append(f"{len(good)}/{len(ps)} {noun} {what} (worst {worst:.1e})")
         dims = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         return f"math: {'; '.join(parts) or 'nothing proven'} in fp64 at {dims}"
 
@@ -156,6 +185,10 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
         from coda_spec.coverage import gaps
 
         found = gaps(case, sizes, drawn, seed)
+    if case is not checked:
+        from coda_spec.coverage import uncut_ranges
+
+        found = uncut_ranges(checked, case) + tuple(found)
     return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start, found)
 
 
@@ -183,14 +216,23 @@ def _sections(spec):
 
 def _proof(section: str, c, rtol: float) -> Proof:
     if c.note:
-        return Proof(section, c.output, "unproven", c.rel_err, c.max_abs, c.note)
+        return Proof(
+            section, c.output, "unproven", c.rel_err, c.max_abs, c.note, recomputes=c.recomputes
+        )
     status = "proven" if c.rel_err <= rtol else "mismatch"
-    return Proof(section, c.output, status, c.rel_err, c.max_abs, factor=c.factor)
+    return Proof(
+        section, c.output, status, c.rel_err, c.max_abs, factor=c.factor, recomputes=c.recomputes
+    )
 
 
-def _named(p) -> str:
-    """A proof's subject as users name it: a forward output, or a gradient (a backward one)."""
-    return f"gradient '{p.output}'" if p.section == "backward" else f"forward output '{p.output}'"
+def _named(p, grads=()) -> str:
+    """A proof's subject as users name it: a forward output, a gradient (a backward one in
+    ``grads``), a recomputed forward value (one in ``backward.recomputes``), or neither."""
+    if p.section == "forward":
+        return f"forward output '{p.output}'"
+    if p.recomputes:
+        return f"recomputed value '{p.output}' (of '{p.recomputes}')"
+    return f"gradient '{p.output}'" if p.output in grads else f"backward output '{p.output}'"
 
 
 def coverage_diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
@@ -227,20 +269,23 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
         ]
     dims = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
     casts = _casts(spec)
+    grads = dict(spec.backward.grads) if spec.backward is not None else {}
     out = []
     for p in report.proofs:
         if p.ok:
             continue
         if p.status == "mismatch":
             what = "equivalent_to" if p.section == "forward" else "autograd of equivalent_to"
+            if p.recomputes:
+                what = f"the forward value of '{p.recomputes}' (equivalent_to)"
             msg = (
-                f"{_named(p)} differs from {what}: rel_err {p.rel_err:.2e}, "
+                f"{_named(p, grads)} differs from {what}: rel_err {p.rel_err:.2e}, "
                 f"max abs err {p.max_abs:.2e} (fp64, {dims}, seed {report.seed})"
             )
             if p.factor is not None:
                 msg += f"; it is {p.factor:.6g} times the expected value everywhere"
         else:
-            msg = f"{_named(p)} is not proven: {p.note}"
+            msg = f"{_named(p, grads)} is not proven: {p.note}"
         if p.section == "forward" and p.output in assigned:
             hint = (
                 "the fused steps compute something else than this line states; fix the steps "
@@ -263,12 +308,14 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
             out.append(src.diag(("outputs", p.output), msg, hint, key=True))
             continue
         info = checked.analysis.info(p.output)
-        if p.status == "mismatch":
+        if p.status == "mismatch" and p.recomputes:
+            hint = f"the backward recomputes something else than '{p.recomputes}'"
+        elif p.status == "mismatch":
             hint = "the backward steps compute something else than the gradient of the forward math"
             if p.factor is not None:
                 hint = "a constant factor is off: look for a missing or extra scale, sign or 1/n"
-        elif p.output not in dict(spec.backward.grads):
-            hint = f"declare it in backward.grads as '{p.output}: <forward tensor>'"
+        elif not p.recomputes and p.output not in grads:
+            hint = unlisted_hint(p.output)
         else:
             hint = ""  # the note already says what to assign in equivalent_to
         if info is not None and info.loc is not None and info.loc.path:

@@ -132,6 +132,7 @@ def normalize(src: Source) -> Spec:
             steps=_steps(src, ("backward", "steps"), bw["steps"], prims),
             outputs=_outputs(src, ("backward", "outputs"), bw["outputs"]),
             loc=_loc(src, ("backward",)),
+            recomputes=tuple(bw.get("recomputes", {}).items()),
         )
     eq = d.get("equivalent_to")
     return Spec(

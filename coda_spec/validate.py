@@ -227,7 +227,7 @@ def _number_hint(path: tuple, text: str, want: str) -> str:
 _TENSOR_KEYS = ("shape", "dtype", "range", "ignore_index", "derive", "doc")
 _TOP_KEYS = ("dims", "tensors", "steps", "outputs", "equivalent_to", "backward")
 _STEP_KEYS = ("gemm", "epilogue", "over", "body")
-_BACKWARD_KEYS = ("save", "grads", "steps", "outputs")
+_BACKWARD_KEYS = ("save", "grads", "recomputes", "steps", "outputs")
 
 
 def _level_hint(src: Source, path: tuple, key: str) -> str:
@@ -245,7 +245,7 @@ def _level_hint(src: Source, path: tuple, key: str) -> str:
         return f"'{key}' belongs to a step; indent it under one in steps:"
     if path == () and key in _TENSOR_KEYS:
         return f"'{key}' belongs to a tensor; indent it under one in tensors:"
-    if path == () and key in ("save", "grads"):
+    if path == () and key in ("save", "grads", "recomputes"):
         return f"'{key}' belongs under backward:; indent it there"
     return ""
 

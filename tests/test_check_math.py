@@ -174,9 +174,9 @@ def test_backward_output_that_is_not_a_gradient():
     report = prove(checked)
     (bad,) = [p for p in report.proofs if not p.ok]
     assert bad.output == "dw_gu" and bad.status == "unproven"
-    assert "not a gradient" in bad.note
+    assert "neither a gradient (backward.grads) nor a recomputed forward value" in bad.note
     (d,) = diagnostics(checked, report)
-    assert "declare it in backward.grads as 'dw_gu: <forward tensor>'" in d.hint
+    assert "a gradient: declare it as 'dw_gu: <forward tensor>' in backward.grads" in d.hint
     assert d.path.startswith("backward.steps[2]")  # at the item that writes dw_gu
 
 
@@ -281,3 +281,108 @@ def test_rounding_has_a_straight_through_gradient():
     got = evaluate(parse("g = vjp(square(bf16(x)), x, dy)"), {"x": x, "dy": dy})["g"]
     want = 2 * x.to(torch.bfloat16).double() * dy
     assert torch.equal(got, want)
+
+
+RANGED = MATH / "relu2_mlp_ranged.yaml"
+RANGE_RE = re.compile(r", cols: \[[^\]]*\]")
+# every catalogue and test spec with a column range: (spec, which range) for each range
+RANGED_SPECS = sorted(
+    p
+    for d in ("specs", "tests/specs_extra", "tests/grad_specs", "tests/primitives")
+    + ("tests/math_specs",)
+    for p in (ROOT / d).glob("*.yaml")
+    if RANGE_RE.search(p.read_text())
+)
+CUTS = [(p, i) for p in RANGED_SPECS for i in range(len(RANGE_RE.findall(p.read_text())))]
+
+
+def test_a_forgotten_range_fails_the_proof():
+    """Issue 31, n18: {squared_relu: z, cols: [0, 2048]} at F = 4096 with equivalent_to
+    'h = relu(z) ** 2' (the range forgotten) was 'valid and proven': the proof ran at F = 2048,
+    where the range covers the whole tile. It now runs where the range leaves columns out."""
+    text = RANGED.read_text().replace("where(arange(F) < 2048, relu(z) ** 2, z)", "relu(z) ** 2")
+    checked = checked_text(text, "n18.yaml")
+    report = prove(checked, coverage=False)
+    assert report.sizes["F"] == 4096 and report.sizes["D"] == 64  # F kept, D still shrunk
+    assert [p.output for p in report.proofs if not p.ok] == ["h", "y"]
+    right = prove(check_file(RANGED))
+    assert right.ok and not right.gaps, right
+
+
+@pytest.mark.parametrize("path,index", CUTS, ids=[f"{p.stem}-{i}" for p, i in CUTS])
+def test_deleting_a_range_fails_the_proof(path, index):
+    """Each cols: of every catalogue and test spec is pinned by its proof: without it (the item
+    on every column) check --math fails."""
+    text = path.read_text()
+    cut = list(RANGE_RE.finditer(text))[index]
+    mutant = text[: cut.start()] + text[cut.end() :]
+    report = prove(checked_text(mutant, path.name), coverage=False)
+    assert not report.ok, f"{path.name} proven with {cut.group(0)!r} deleted"
+
+
+RECOMPUTE = MATH / "geglu_recompute_out.yaml"
+
+
+def test_a_recomputed_forward_value_is_proven():
+    """A backward output that recomputes a forward value (CODA's dGeGLU stores out for the
+    weight gradient), declared in backward.recomputes, is proven equal to it; it was refused as
+    'not a gradient listed in backward.grads', with a hint to declare it a gradient."""
+    res = coda_check("--math", RECOMPUTE)
+    assert res.exit_code == EXIT_OK, res.output
+    assert "3/3 backward outputs equal autograd" in res.output
+    assert "1/1 recomputed values equal the forward" in res.output
+    assert "warning" not in res.output  # nor 'value act is never used' (dgeglu's other result)
+
+
+def test_a_wrong_recomputed_value_fails_at_its_store():
+    text = RECOMPUTE.read_text().replace(
+        "        - {store: act, to: out_r}",
+        "        - {scale: act, by: 2.0, as: act2}\n        - {store: act2, to: out_r}",
+    )
+    res = coda_check("--math", _write(text))
+    assert res.exit_code == EXIT_MISMATCH, res.output
+    assert "recomputed value 'out_r' (of 'out') differs from the forward value of 'out'" in (
+        res.output
+    )
+    assert "the backward recomputes something else than 'out'" in res.output
+
+
+def test_an_undeclared_backward_output_names_both_declarations():
+    text = (
+        RECOMPUTE.read_text()
+        .replace("  recomputes:\n", "")
+        .replace(
+            "    out_r: out            # a forward value the backward recomputes, not a gradient\n",
+            "",
+        )
+    )
+    res = coda_check("--math", _write(text))
+    assert res.exit_code == EXIT_MISMATCH, res.output
+    assert "backward output 'out_r' is not proven" in res.output
+    assert "as 'out_r: <forward tensor>' in backward.recomputes" in res.output
+
+
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ("out_r: nope", "'out_r' recomputes unknown tensor 'nope'"),
+        ("dz: z", "'dz' is in backward.grads and backward.recomputes"),
+        ("act_r: out", "'act_r' recomputes 'out', but backward.outputs does not list it"),
+    ],
+)
+def test_a_bad_recomputes_entry_is_located(entry, message):
+    text = RECOMPUTE.read_text().replace("    out_r: out            #", f"    {entry}  #")
+    res = coda_check(_write(text))
+    assert res.exit_code == 2 and f"error: backward.recomputes.{entry.split(':')[0]}: " in (
+        res.output
+    ), res.output
+    assert message in res.output
+
+
+def _write(text: str):
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "spec.yaml"
+    path.write_text(text)
+    return path

@@ -175,3 +175,40 @@ def test_max_min_one_side_always_wins():
     assert "max always yields 'a'" in _missed(_op("max", ["a", 0.0]), [a, 0.0])[0]
     assert _missed(_op("max", ["a", 2.0]), [a, 2.0]) is None  # 2 wins over 1, a over 2 at 3
     assert "'b' is never below 'a'" in _missed(_op("min", ["a", "b"]), [a, a + 1])[0]
+
+
+RANGED = ROOT / "tests" / "math_specs" / "relu2_mlp_ranged.yaml"
+
+
+def test_a_range_that_covers_its_tile_at_the_proofs_dims_is_a_gap():
+    """Issue 31: at F = 2048, n18's cols: [0, 2048] covers the whole tile, so a proof there
+    never runs the pass-through half. The rule locates it at the item; the proof's own dims
+    (mathcheck.small) keep the range inside the tile."""
+    from coda_spec.coverage import range_relations, uncut_ranges
+    from coda_spec.frontend import check_file, with_dims
+    from coda_spec.mathcheck import small
+
+    checked = check_file(RANGED)
+    shrunk = with_dims(checked, {"D": 512, "F": 2048})  # the first dims the shape rules allow
+    (gap,) = uncut_ranges(checked, shrunk)
+    line = (
+        RANGED.read_text().splitlines().index("      - {squared_relu: z, cols: [0, 2048], as: h}")
+    )
+    assert gap.site == ("steps", 0, 2) and gap.op.loc.line == line + 1
+    assert "covers the whole 2048-column tile" in gap.message and "[0, 2048) of 4096" in gap.message
+    case = small(checked)
+    assert uncut_ranges(checked, case) == () and case.spec.dim_sizes()["F"] == 4096
+    assert range_relations(case) == range_relations(checked)
+
+
+def test_the_proof_warns_at_a_range_its_dims_do_not_cut(monkeypatch):
+    """The rule in the proof itself: dims chosen any other way than small()'s are reported."""
+    from coda_spec import mathcheck
+    from coda_spec.frontend import check_file, with_dims
+
+    checked = check_file(RANGED)
+    monkeypatch.setattr(mathcheck, "small", lambda c: with_dims(c, {"D": 512, "F": 2048}))
+    report = mathcheck.prove(checked)
+    (diag,) = mathcheck.coverage_diagnostics(checked, report)
+    assert diag.severity == "warning" and diag.path == "steps[0].epilogue[2]"
+    assert "never exercise this squared_relu" in diag.message

@@ -244,3 +244,80 @@ def test_a_spec_without_equivalent_to_is_refused(tmp_path, capsys):
     code, out = _run(tmp_path, (ROOT / "tests/specs_extra/empty_folds.yaml").read_text())
     assert code == 2 and not out.exists()
     assert "nothing can prove a derived backward" in capsys.readouterr().err
+
+
+RANGED = ROOT / "tests" / "math_specs" / "relu2_mlp_ranged.yaml"
+
+
+def _at_own_width(text: str):
+    """Every backward output of ``text`` against autograd at the spec's own F = 4096 (the width
+    the range cuts; D shrunk to keep it cheap), whatever dims the proof picks."""
+    from coda_spec.equivalence import check_backward
+    from coda_spec.frontend import with_dims
+    from coda_spec.mathcheck import sizes_of
+
+    checked = with_dims(check_source(parse_text("derived.yaml", text)), {"D": 64})
+    assert checked.spec.dim_sizes()["F"] == 4096
+    return check_backward(checked, sizes_of(checked))
+
+
+@pytest.mark.slow
+def test_a_literal_range_derives_its_pass_through(tmp_path):
+    """Issue 31, n18: {squared_relu: z, cols: [0, 2048]} at F = 4096. The derivation applied
+    2 relu(z) to every column and was 'proven' at F = 2048, where the range is the whole tile;
+    re-proved at F = 4096, d_x, d_w_up and d_b_up were off by 55-57%."""
+    code, out = _run(tmp_path, RANGED.read_text())
+    assert code == 0
+    text = out.read_text()
+    assert "{mul: [acc, scale_h], cols: [0, 2048], as: dz}" in text  # g passes through outside
+    bad = [c for c in _at_own_width(text) if not c.ok]
+    assert not bad, bad
+
+
+def test_a_dim_bound_range_derives(tmp_path):
+    """A bound that is a dim expression is a bound, not a value to load: it was refused with
+    "its backward needs 'F/2', which no backward step can read or recompute"."""
+    text = RANGED.read_text().replace("cols: [0, 2048]", 'cols: [0, "F/2"]')
+    text = text.replace("arange(F) < 2048", "arange(F) < F / 2")
+    code, out = _run(tmp_path, text)
+    assert code == 0
+    assert '{squared_relu: z, cols: [0, "F/2"], as: h_r}' in out.read_text()
+
+
+def test_every_rule_of_a_ranged_item_is_proven(tmp_path):
+    """add, mul (a tile and a row vector), tanh, neg, scale and sub, each over a range, in one
+    chain: the first operand's gradient passes through outside, the others' are 0 there."""
+    code, out = _run(tmp_path, (ROOT / "tests" / "math_specs" / "ranged_rules.yaml").read_text())
+    assert code == 0  # coda grad proves it at dims that keep every bound inside the tile
+    assert "cols: [256, F], as: du_outside}" in out.read_text()  # g' row gradient masked
+
+
+def test_a_forward_that_fails_its_proof_is_the_specs_error(tmp_path, capsys):
+    """n18's forgotten range: the forward's equivalent_to is wrong, so nothing is written and
+    the error is the spec's (exit 3 at its line), not 'a coda bug' (exit 1)."""
+    text = RANGED.read_text().replace("where(arange(F) < 2048, relu(z) ** 2, z)", "relu(z) ** 2")
+    code, out = _run(tmp_path, text)
+    err = capsys.readouterr().err
+    assert code == 3 and not out.exists(), err
+    assert "the forward fails its own proof" in err and "a coda bug" not in err
+    line = text.splitlines().index("  h = relu(z) ** 2") + 1
+    assert f"chain.yaml:{line}:3: error: equivalent_to: forward output 'h' differs" in err, err
+
+
+def test_keep_names_a_tensor_of_the_forward(tmp_path):
+    """--keep NAME of no tensor was accepted silently."""
+    from tests.conftest import invoke
+
+    out = tmp_path / "out.yaml"
+    res = invoke("grad", RANGED, "--keep", "h,nope", "-o", out)
+    assert res.exit_code == 2 and not out.exists(), res.output
+    assert "error: --keep: 'nope' is not a tensor of the forward; choose from b_up," in res.output
+
+
+def test_a_derived_pair_backward_gives_check_no_warning():
+    """coda grad's {dswiglu: d_out, z: z, as: [dz, out_r]} made check warn "value 'out_r' is
+    never used": the item runs for dz, its recomputed activation is no dead code."""
+    from tests.conftest import coda_check
+
+    res = coda_check(ROOT / "specs" / "grad" / "f3_norm_swiglu.yaml")
+    assert res.exit_code == 0 and "warning" not in res.output, res.output

@@ -23,8 +23,9 @@ What it derives (the schedule is ``coda_spec.grad.derive``; the per-primitive ru
 elementwise items, row and column vector loads, residual tile loads, the deferred RMSNorm row
 scale and its ``sumsq`` statistic (finalize ``rsqrt_mean``, or a derived ``rsqrt(mean(square(x),
 -1) + eps)`` input), swiglu / geglu, adjacent-pair rope, an online log-sum-exp and a
-target-logit gather. Not derived (a located error suggesting a hand-written ``backward:``):
-forward host steps, prepass statistics, ranged or repeated items, a kernel storing the A
+target-logit gather; any of these elementwise items over a column range (``cols:``, the rules'
+module doc). Not derived (a located error suggesting a hand-written ``backward:``):
+forward host steps, prepass statistics, repeated row vectors, a kernel storing the A
 operands of two GEMMs, and ops without a rule.
 """
 

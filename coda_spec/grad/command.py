@@ -4,9 +4,12 @@
 ``backward:`` cut (``--replace``; without it a spec that has one is refused, so a hand-written
 section is never overwritten by accident), the section is derived (``coda_spec.grad``), and
 the whole result is checked and proven by ``coda check --math``'s prover before anything is
-written: a derived section that fails either is a tool failure (exit 1) and is not written.
-Before the proof it is lowered as ``coda build`` would (``coda_spec.lower.dry_run``, the rule
-``coda check`` runs too): a section the build would refuse is refused (exit 2), not written.
+written: a derived section that fails either is a tool failure (exit 1) and is not written. A
+forward that fails its own proof (its ``equivalent_to`` states other math than its steps) is
+the spec's error, not the derivation's: it is reported against the spec's lines and exits 3,
+nothing written (no backward derived from it can be proven). Before the proof the result is
+lowered as ``coda build`` would (``coda_spec.lower.dry_run``, the rule ``coda check`` runs
+too): a section the build would refuse is refused (exit 2), not written.
 Diagnostics and progress go to stderr; the spec goes to ``out`` (``-`` is stdout).
 """
 
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from coda_spec.errors import (
     EXIT_INVALID_SPEC,
+    EXIT_MISMATCH,
     EXIT_OK,
     EXIT_TOOL_FAILURE,
     Diagnostic,
@@ -52,7 +56,8 @@ def _refuse(src, line: int, col: int, path: str, message: str, hint: str) -> tup
     return EXIT_INVALID_SPEC, None
 
 
-def _names(checked, names, what: str, allowed) -> list:
+def _names(checked, names, what: str, allowed, noun: str = "") -> list:
+    """``names`` (a flag's list), or a SpecError naming each one not in ``allowed``."""
     bad = [n for n in names if n not in allowed]
     if bad:
         raise SpecError(
@@ -62,7 +67,7 @@ def _names(checked, names, what: str, allowed) -> list:
                     0,
                     0,
                     what,
-                    f"'{b}' is not {what[2:]}; choose from {', '.join(sorted(allowed))}",
+                    f"'{b}' is not {noun or what[2:]}; choose from {', '.join(sorted(allowed))}",
                 )
                 for b in bad
             ]
@@ -102,6 +107,9 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
         wrt = _names(checked, wrt, "--wrt", floating)
     if incoming is not None:
         incoming = _names(checked, incoming, "--from", {o.name for o in spec.outputs})
+    if keep:  # a tensor the forward reads or writes (an input, an output, a stored value)
+        tensors = {t.name for t in checked.analysis.tensors}
+        keep = _names(checked, keep, "--keep", tensors, "a tensor of the forward")
     try:
         derived = derive_text(checked, wrt, incoming, policy, keep)
     except Unsupported as e:
@@ -132,6 +140,13 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
             _diag(d.file, derived.text.splitlines(), d)
         return EXIT_INVALID_SPEC, None
     report = prove(result, coverage=False)
+    if any(p.section == "forward" and not p.ok for p in report.proofs):
+        _say(f"{src.file}: error: the forward fails its own proof (coda check --math):")
+        for d in diagnostics(result, report):
+            if not d.path.startswith("backward"):
+                at = Diagnostic(src.file, d.line, d.col, d.path, d.message, d.hint, d.severity)
+                _diag(src.file, src.lines, at)
+        return EXIT_MISMATCH, None
     if not report.ok:
         _say(f"{src.file}: error: the derived backward fails its own proof (a coda bug):")
         for d in diagnostics(result, report):

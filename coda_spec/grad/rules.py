@@ -8,6 +8,15 @@ recompute in the backward step) and writes items through ``step.emit``; it never
 the item runs: that is the schedule's (``coda_spec.grad.derive``). Rules for what needs the
 whole chain (the deferred norm's statistic, the log-sum-exp, the target-logit gather) live in
 the schedule too, since they tie several steps together.
+
+Ranged items (``cols: [lo, hi]``, ``coda_spec.primitives._ranges``) compute
+``y = where(lo <= col < hi, f(x, b, ...), x)``, ``x`` their first operand. So ``x``'s gradient
+is ``where(in, g * df/dx, g)``: the rule's item that makes it carries the same range, and its
+first operand is ``g`` (the incoming gradient), which a ranged item passes through outside the
+range (a select, so a derivative that is not finite outside the range never leaks in). Every
+other operand's gradient is ``where(in, g * df/db, 0)``: the rule runs on ``g`` masked to the
+range (:func:`_inside`: ``g`` less its outside part, ``{sub: [g, g], cols: ...}``, both exact).
+An item without a range derives as before, item for item.
 """
 
 from __future__ import annotations
@@ -19,19 +28,45 @@ def _num(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
+def _cols(op) -> dict:
+    """``{"cols": [lo, hi]}`` for a ranged item (the module doc), ``{}`` for the others: the
+    range the item making the first operand's gradient carries."""
+    cols = op.get("cols")
+    return {} if cols is None else {"cols": list(cols)}
+
+
+def _inside(step, op, g) -> list:
+    """``g`` inside a ranged item's range and 0 outside (the gradient of an operand other than
+    the first, which does not pass through); ``g`` itself for an item without a range."""
+    if op.get("cols") is None:
+        return g
+    gv = step.mat(g)
+    out = step.emit(op, "sub", [gv, gv], cols=list(op.get("cols")), name=f"{gv}_outside")
+    return step.grad(gv) + step.negate(step.grad(out))
+
+
 def _add(step, op, g):
-    for x in op.get("add"):
-        step.contribute(x, g)
+    first, *rest = op.get("add")
+    step.contribute(first, g)  # a ranged add passes its first operand through: g on both sides
+    if any(step.wants(x) for x in rest):
+        g_in = _inside(step, op, g)
+        for x in rest:
+            step.contribute(x, g_in)
 
 
 def _sub(step, op, g):
     a, b = op.get("sub")
     step.contribute(a, g)
-    step.contribute(b, step.negate(g))
+    if step.wants(b):
+        step.contribute(b, step.negate(_inside(step, op, g)))
 
 
 def _neg(step, op, g):
-    step.contribute(op.get("neg"), step.negate(g))
+    a = op.get("neg")
+    if op.get("cols") is None:
+        step.contribute(a, step.negate(g))
+    elif step.wants(a):
+        step.contribute(a, step.grad(step.emit(op, "neg", step.mat(g), grad_of=a, **_cols(op))))
 
 
 def _cast(step, op, g):
@@ -40,36 +75,41 @@ def _cast(step, op, g):
 
 def _scale(step, op, g):
     a = op.get("scale")
-    step.contribute(a, step.grad(step.emit(op, "scale", step.mat(g), by=op.get("by"), grad_of=a)))
+    d = step.emit(op, "scale", step.mat(g), by=op.get("by"), grad_of=a, **_cols(op))
+    step.contribute(a, step.grad(d))
 
 
 def _mul(step, op, g):
     a, b = op.get("mul")
-    for x, other in ((a, b), (b, a)):
+    for x, other, first in ((a, b, True), (b, a, False)):
         if not step.wants(x):
             continue
+        gx, rng = (g, _cols(op)) if first else (_inside(step, op, g), {})
         if _num(other):
-            step.contribute(x, step.grad(step.emit(op, "scale", step.mat(g), by=other, grad_of=x)))
-        elif step.kind(x) == "row":
+            d = step.emit(op, "scale", step.mat(gx), by=other, grad_of=x, **rng)
+            step.contribute(x, step.grad(d))
+        elif step.kind(x) == "row":  # never the first operand of a ranged item (a tile)
             part = step.emit(
-                op, "reduce_col", "dot", of=[step.mat(g), step.val(other)], name=f"d{x}_part"
+                op, "reduce_col", "dot", of=[step.mat(gx), step.val(other)], name=f"d{x}_part"
             )
             step.contribute_row(x, part)
         else:
-            d = step.emit(op, "mul", [step.mat(g), step.val(other)], grad_of=x)
+            d = step.emit(op, "mul", [step.mat(gx), step.val(other)], grad_of=x, **rng)
             step.contribute(x, step.grad(d))
 
 
 def _div(step, op, g):
     a, b = op.get("div")
     if _num(b):
-        step.contribute(a, step.grad(step.emit(op, "scale", step.mat(g), by=1.0 / b)))
+        step.contribute(a, step.grad(step.emit(op, "scale", step.mat(g), by=1.0 / b, **_cols(op))))
         return
-    q = step.emit(op, "div", [step.mat(g), step.val(b)])
+    q = step.emit(op, "div", [step.mat(g), step.val(b)], **_cols(op))
     if step.wants(a):
         step.contribute(a, step.grad(q))
     if not step.wants(b):
         return
+    if op.get("cols") is not None:  # q passes g through outside the range: b's is 0 there
+        q = step.emit(op, "div", [step.mat(_inside(step, op, g)), step.val(b)])
     t = step.emit(op, "mul", [q, step.val(op.results[0])])
     step.contribute(b, step.negate(step.grad(t)))
 
@@ -82,7 +122,8 @@ def _unary(build):
         if not step.wants(a):
             return
         d = build(step, op, a, op.results[0])
-        step.contribute(a, step.grad(step.emit(op, "mul", [step.mat(g), d], grad_of=a)))
+        dx = step.emit(op, "mul", [step.mat(g), d], grad_of=a, **_cols(op))
+        step.contribute(a, step.grad(dx))
 
     return rule
 
@@ -138,7 +179,8 @@ def _gelu(step, op, g):
     a = op.get("gelu")
     if not step.wants(a):
         return
-    step.contribute(a, step.grad(step.emit(op, "dgelu", [step.mat(g), step.val(a)], grad_of=a)))
+    dx = step.emit(op, "dgelu", [step.mat(g), step.val(a)], grad_of=a, **_cols(op))
+    step.contribute(a, step.grad(dx))
 
 
 def _gated(bwd: str):
@@ -157,7 +199,7 @@ def _rope(step, op, g):
     z = op.get("rope")
     if not step.wants(z):
         return
-    extra = {k: v for k, v in op.args if k not in ("rope", "as", "pos", "freqs")}
+    extra = {k: v for k, v in op.args if k not in ("rope", "as", "pos", "freqs", "cols")}
     if extra:
         raise Unsupported(
             f"rope with {', '.join(sorted(extra))}: the derivation handles whole-width "
@@ -168,7 +210,7 @@ def _rope(step, op, g):
     for key in ("pos", "freqs"):
         step.no_grad(op.get(key), op, f"rope's {key}")
     pos, freqs = step.val(op.get("pos")), step.val(op.get("freqs"))
-    dz = step.emit(op, "rope_bwd", step.mat(g), pos=pos, freqs=freqs, grad_of=z)
+    dz = step.emit(op, "rope_bwd", step.mat(g), pos=pos, freqs=freqs, grad_of=z, **_cols(op))
     step.contribute(z, step.grad(dz))
 
 

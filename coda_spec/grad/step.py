@@ -17,6 +17,9 @@ from coda_spec.grad.records import BStep, Item, Term, Unavailable
 from coda_spec.grad.rules import RULES
 
 _LOADS = ("load_tile", "load_row", "load_col", "load_scalar")
+# an item's parameters a recompute copies as written (a range's bounds are dim expressions, not
+# values: ``cols: [0, "F/2"]`` names no forward value)
+LITERAL_ARGS = ("dtype", "by", "eps", "min", "max", "cap", "slope", "p", "cols")
 
 
 class StepBuilder:
@@ -270,7 +273,7 @@ class StepBuilder:
         elif self.recomputable(v):
             args = []
             for k, x in op.args:
-                if k == "as" or k in ("dtype", "by", "eps", "min", "max", "cap", "slope", "p"):
+                if k == "as" or k in LITERAL_ARGS:
                     args.append((k, x))
                 elif isinstance(x, list):
                     args.append((k, [self.val(y) for y in x]))

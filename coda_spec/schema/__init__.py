@@ -153,6 +153,7 @@ def structure_defs() -> dict:
                 "doc": _DOC,
                 "save": {"type": "array", "items": _NAME, "uniqueItems": True},
                 "grads": _named_map(_NAME, minProperties=1),
+                "recomputes": _named_map(_NAME),
                 "steps": {"$ref": "#/$defs/steps"},
                 "outputs": {"$ref": "#/$defs/outputs"},
             },
