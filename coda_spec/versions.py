@@ -8,7 +8,7 @@ them.
 
 It also holds the one statement of the transformers releases ``coda_spec.nn`` supports
 (:data:`TRANSFORMERS`): the model refuses others (``coda_spec.nn.llama.require_transformers``),
-pyproject's ``[train]`` extra spells the same range (tests/test_nn_versions.py compares them), and
+pyproject's ``[train]`` extra spells the same range (tests/test_nn_call.py compares them), and
 CI runs the model's parity tests at both ends (:data:`TRANSFORMERS_TESTED`, ``.ci/run``).
 """
 
