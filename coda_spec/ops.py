@@ -22,7 +22,8 @@ docs/training.md is the user's guide. The contract, as torch.library intends it:
   gradients are made contiguous (``.sum().backward()`` hands a zero-stride one) and copied
   when a backward kernel accumulates into them (``add_to``).
 * **A CPU implementation of both ops**: the reference interpreter (``coda_spec.reference``) at the
-  declared dtypes (its low-precision pipeline: fp32 math, rounding at every stored tensor), or
+  declared dtypes (its ``kernel`` precision, the kernels' pipeline: each GEMM's fp32 accumulator
+  into fp32 epilogue math, rounding at every stored tensor), or
   in fp64 (fp32) when every floating input is fp64 (``torch.autograd.gradcheck``) or fp32 (a
   model trained in fp32 on the CPU), returning that dtype, stores unrounded. CUDA runs the built
   kernels through ``coda_spec.runtime``.
@@ -480,4 +481,4 @@ def _wide(tensors):
 
 
 def _precision(wide) -> str:
-    return {torch.float64: "fp64", torch.float32: "fp32", None: "lowp"}[wide]
+    return {torch.float64: "fp64", torch.float32: "fp32", None: "kernel"}[wide]

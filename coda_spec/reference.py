@@ -16,6 +16,11 @@ Precisions (the verify protocol, docs/verification.md):
   and rounds the fp32 product to bf16, the usual ``torch._scaled_mm`` output), fp32 epilogue
   math, rounding at every stored tensor to its declared dtype. ``max|ref_lowp - ref|`` sets the
   verify error budget.
+* ``kernel``: what the fused kernels compute: ``lowp`` with each GEMM's fp32 accumulator going
+  into the epilogue unrounded (bf16 or fp8 operands, exact in fp32, products summed in fp32),
+  as CUTLASS's epilogue reads it. The CPU implementation of ``coda_spec.ops`` runs it at the
+  declared dtypes: an fp32 store or an amax of the accumulator then matches the GPU's to fp32
+  summation order, not to a bf16 rounding.
 
 Partial reductions are exact here (``[M, 1]`` per row); tiling them is the kernel's business.
 """
@@ -42,12 +47,16 @@ class Precision:
     name: str
     compute: torch.dtype
     lowp: bool
+    # lowp only: a GEMM's result rounded to its operands' dtype (bf16 for fp8) before the
+    # epilogue (an unfused pipeline), or kept in fp32 (the fused kernels)
+    rounds_acc: bool = True
 
 
 PRECISIONS = {
     "fp64": Precision("fp64", torch.float64, False),
     "fp32": Precision("fp32", torch.float32, False),
     "lowp": Precision("lowp", torch.float32, True),
+    "kernel": Precision("kernel", torch.float32, True, rounds_acc=False),
 }
 
 
@@ -87,10 +96,14 @@ class RefCtx:
 def _matmul(rt: RefCtx, a, b, dtype: str):
     if rt.precision.lowp and dtype in FP8_NAMES:
         # fp8 x fp8 (torch has no CPU fp8 matmul): the fp8 values are exact in fp32, the product
-        # accumulates in fp32 and comes out in bf16, as torch._scaled_mm's usual output does.
-        return round_to(a.float() @ b.float(), "bf16").to(rt.dtype)
+        # accumulates in fp32 and comes out in bf16, as torch._scaled_mm's usual output does
+        # (the kernels' epilogue reads the fp32 accumulator: rounds_acc False).
+        acc = a.float() @ b.float()
+        return (round_to(acc, "bf16") if rt.precision.rounds_acc else acc).to(rt.dtype)
     if rt.precision.lowp:
         low = TORCH_DTYPES[dtype]
+        if not rt.precision.rounds_acc:  # bf16/fp16 products are exact in fp32
+            return a.to(low).float() @ b.to(low).float()
         return (a.to(low) @ b.to(low)).to(rt.dtype)
     return a.to(rt.dtype) @ b.to(rt.dtype)
 

@@ -11,6 +11,11 @@ linear warm-up and cosine decay, gradient clipping at 1.0. The coda run is
 ``coda_spec.nn.LlamaForCausalLM.from_hf`` of the same model (the bundled llama3 builds, re-sized
 to this config at load); the other is transformers' eager model.
 
+It refuses to start, with a message and no traceback, where it cannot run: ``--device cuda``
+(the default) with no CUDA GPU (exit 4; ``--device cpu`` runs both loops through the chains' CPU
+reference, a slow smoke test), transformers or tqdm missing (``pip install 'coda-spec[train]'``),
+or no llama3 builds under ``--builds`` (exit 2, naming the ``coda build`` to run).
+
 ``--repeat`` trains each a second time from the same seed and reports whether the two runs'
 losses are bitwise identical; ``--reference`` also trains transformers in fp32 from the same
 start. It prints tokens/s for each, writes ``losses.json`` (the curves, the median and final
@@ -172,6 +177,35 @@ def train(which: str, args, text) -> dict:
     }
 
 
+def preflight(args) -> tuple[int, str]:
+    """``(exit status, why)`` where the runs cannot start, else ``(0, "")``: the device, the
+    packages the ``[train]`` extra brings, and the builds (loaded and re-sized to ``SMALL``, as
+    the coda run will; nothing compiles)."""
+    import torch
+
+    from coda_spec.errors import EXIT_INVALID_SPEC, EXIT_NO_GPU, EXIT_OK
+
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        return EXIT_NO_GPU, (
+            "no CUDA GPU here: the example trains on one (--device cuda). --device cpu runs both "
+            "loops through the chains' CPU reference instead, a slow smoke test: pass a small "
+            "--seq, --batch and --steps with it"
+        )
+    try:
+        import tqdm  # noqa: F401
+        from transformers import LlamaConfig
+    except ImportError as e:
+        return EXIT_INVALID_SPEC, f"{e.name} is not installed: pip install 'coda-spec[train]'"
+    from coda_spec.nn.llama import LlamaShape, chain_ops
+    from coda_spec.runtime import CodaRuntimeError
+
+    try:
+        chain_ops(LlamaShape.of(LlamaConfig(**SMALL)), args.builds)
+    except CodaRuntimeError as e:
+        return EXIT_INVALID_SPEC, str(e)
+    return EXIT_OK, ""
+
+
 def plot(result: dict, png: Path) -> None:
     import matplotlib
 
@@ -228,6 +262,10 @@ def main() -> int:
     if args.plot:
         plot(json.loads(args.plot.read_text()), args.plot.with_suffix(".png"))
         return 0
+    status, why = preflight(args)
+    if status:
+        print(f"train_llama.py: error: {why}", file=sys.stderr)
+        return status
     text, root = corpus(args.corpus_mb)
     print(f"corpus: {text.numel() / 2**20:.1f} MB of {root}/**/*.py")
     result = {"config": SMALL, "args": {k: str(v) for k, v in vars(args).items()}}

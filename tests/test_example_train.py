@@ -34,10 +34,7 @@ def test_both_runs_of_the_example_train_on_the_cpu(tmp_path, monkeypatch):
     from coda_spec.nn.llama import CHAINS
     from tests.test_nn_llama import cpu_builds
 
-    monkeypatch.syspath_prepend(str(ROOT / "examples"))
-    sys.modules.pop("train_llama", None)
-    import train_llama
-
+    train_llama = _example(monkeypatch)
     monkeypatch.setattr(train_llama, "SMALL", _tiny())
     monkeypatch.setattr(ops, "_OPS", {})
     args = SimpleNamespace(
@@ -58,3 +55,39 @@ def test_both_runs_of_the_example_train_on_the_cpu(tmp_path, monkeypatch):
         assert run["tokens_per_s"] > 0
     assert coda["losses"][0] == pytest.approx(hf["losses"][0], rel=1e-3)
     assert coda["losses"][-1] == pytest.approx(hf["losses"][-1], rel=2e-3)
+
+
+def _example(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    sys.modules.pop("train_llama", None)
+    import train_llama
+
+    return train_llama
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "want"),
+    [
+        (["--device", "cuda"], 4, "no CUDA GPU here: .* --device cpu runs both loops"),
+        (["--device", "cpu", "--builds", "{tmp}"], 2, "no build of llama3_first at .* coda build"),
+    ],
+    ids=["no-gpu", "no-builds"],
+)
+def test_the_example_refuses_what_it_cannot_run_without_a_traceback(
+    tmp_path, monkeypatch, capsys, argv, status, want
+):
+    """Before: ``AssertionError: Torch not compiled with CUDA enabled`` (or the missing build's
+    ``CodaRuntimeError``) as a traceback, after reading the corpus and training transformers."""
+    pytest.importorskip("transformers")
+    import re
+
+    import torch
+
+    train_llama = _example(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(train_llama, "corpus", lambda mb: pytest.fail("read the corpus"))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    monkeypatch.setattr(sys, "argv", ["train_llama.py", *argv, "--out", str(tmp_path)])
+    assert train_llama.main() == status
+    err = capsys.readouterr().err
+    assert re.search("train_llama.py: error: " + want, err), err

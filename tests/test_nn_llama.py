@@ -108,9 +108,10 @@ def batch(seed: int = 1, ignored: bool = True):
     return ids, labels
 
 
-def hf_loss(model, ids, labels):
-    """transformers' causal-LM loss, without its fp32 upcast of the logits."""
-    logits = model(input_ids=ids).logits
+def hf_loss(model, ids, labels, **kw):
+    """transformers' causal-LM loss, without its fp32 upcast of the logits; ``kw``: its other
+    arguments (``attention_mask``, ``position_ids``)."""
+    logits = model(input_ids=ids, **kw).logits
     v = logits.shape[-1]
     return F.cross_entropy(logits[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1))
 
@@ -286,3 +287,68 @@ def test_the_model_compiles_with_no_graph_break(builds):
         assert torch.equal(got, coda(ids[:, :s], labels[:, :s]))
     got.backward()
     assert coda.layers[0].w_qkv.grad is not None
+
+
+def padded(ids, labels):
+    """Row 0 left-padded by 5 tokens, row 1 right-padded by 3 (pad id 0, labels -100 there)."""
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0
+    mask[1, -3:] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    return ids, labels.masked_fill(mask == 0, -100), mask
+
+
+@pytest.mark.parametrize("via", ["model", "patch"])
+def test_a_padded_batch_gets_transformers_loss_and_gradients(builds, hf_fp64, via):
+    """``attention_mask`` with padding: transformers' loss and gradients in fp64 (before: the
+    mask was ignored, every token attended to the pads, loss 7.0378 against 7.0485)."""
+    hf = hf_model(tied=True)
+    ids, labels, mask = padded(*batch(ignored=False))
+    want = hf_loss(hf, ids, labels, attention_mask=mask)
+    if via == "model":
+        coda = LlamaForCausalLM.from_hf(hf, builds=builds)
+        got = coda(ids, labels, attention_mask=mask)
+    else:
+        coda = apply_to_hf_llama(copy.deepcopy(hf), builds=builds)
+        out = coda(input_ids=ids, attention_mask=mask, labels=labels)
+        assert out.logits is None  # served by the chains, not transformers' forward
+        got = out.loss
+    assert rel(got, want) <= 1e-10, (got.item(), want.item())
+    want.backward()
+    got.backward()
+    ref = {n: p.grad for n, p in hf.named_parameters()}
+    grads = (
+        coda_grads_as_hf(coda)
+        if via == "model"
+        else dict((n, p.grad) for n, p in coda.named_parameters())
+    )
+    worst = {n: rel(grads[n], ref[n]) for n in ref}
+    assert max(worst.values()) <= 1e-10, worst
+
+
+def test_packed_sequences_attend_within_their_own(builds, hf_fp64):
+    """``position_ids`` that restart with no ``attention_mask`` (packed sequences): transformers
+    without a cache (``use_cache=False``, a training call's) masks attention to each sequence;
+    so does the model (before: every token attended across the restart)."""
+    hf = hf_model(tied=True)
+    coda = LlamaForCausalLM.from_hf(hf, builds=builds)
+    ids, labels = batch(ignored=False)
+    pos = torch.cat([torch.arange(12), torch.arange(S - 12)]).expand(B, S).clone()
+    pos[1] = torch.arange(S)  # row 1: one sequence
+    want = hf_loss(hf, ids, labels, position_ids=pos, use_cache=False)
+    got = coda(ids, labels, position_ids=pos)
+    assert rel(got, want) <= 1e-10, (got.item(), want.item())
+    plain = hf_loss(hf, ids, labels)
+    assert rel(plain, want) > 1e-6  # the packing changes the loss (2e-5): the test can fail
+
+
+def test_the_model_refuses_a_misspelt_keyword(builds):
+    """Through ``forward`` (tests/test_nn_call.py checks each refusal), before any chain runs;
+    before, ``lables=`` was dropped and the call failed on ``labels`` missing, or with ``labels``
+    given, a misspelt ``postion_ids=`` was ignored."""
+    coda = LlamaForCausalLM(config(True), builds=builds)
+    ids, labels = batch()
+    with pytest.raises(CodaRuntimeError, match="'lables'; did you mean 'labels'"):
+        coda(ids, lables=labels)
+    with pytest.raises(CodaRuntimeError, match="'postion_ids'; did you mean 'position_ids'"):
+        coda(ids, labels, postion_ids=torch.arange(S)[None])

@@ -72,10 +72,25 @@ def test_cpu_outputs_are_the_reference_at_the_declared_dtypes(build, via):
     else:
         got = torch.ops.coda.rmsnorm_chain(*[low[n] for n in op.inputs], op.dims)
         got = dict(zip(op.returns, got, strict=True))
-    ref = reference.run(checked.analysis, low, "lowp", sizes)
+    ref = reference.run(checked.analysis, low, "kernel", sizes)
     for name, dtype in (("x1", torch.bfloat16), ("r", torch.float32), ("out", torch.bfloat16)):
         assert got[name].dtype == dtype
         assert torch.equal(got[name], ref[name].to(dtype)), name
+
+
+def test_cpu_epilogues_read_the_fp32_accumulator_as_the_kernels_do(build):
+    """At the declared dtypes the CPU op's epilogue reads each GEMM's fp32 accumulator, as the
+    GPU kernels' does: fp32 statistics of ``acc`` (a column amax and sum) are those of the fp32
+    product of the bf16 operands. Before, the CPU rounded ``acc`` to bf16 first (the unfused
+    ``lowp`` reference), so every amax was a bf16 value and the sums were off by up to 2^-9."""
+    op, checked = build("empty_folds")
+    _, low = _inputs(checked, 64)
+    got = op(**low)
+    acc = low["x"].float() @ low["w"].float().T
+    torch.testing.assert_close(got["amx"], acc.abs().amax(0), rtol=1e-6, atol=0)
+    torch.testing.assert_close(got["s"], acc.sum(0), rtol=1e-5, atol=1e-5)
+    assert not torch.equal(got["amx"], got["amx"].bfloat16().float())  # not bf16-rounded
+    assert torch.equal(got["y"], acc.bfloat16())  # the bf16 store rounds once, from fp32
 
 
 def test_outputs_are_fresh_tensors_and_add_to_writes_no_input(build):
@@ -103,7 +118,7 @@ def test_autograd_runs_the_backward_section(build):
     g_x2, g_qkv = torch.randn_like(out["x2"].float()), torch.randn_like(out["qkv"].float())
     torch.autograd.backward([out["x2"], out["qkv"]], [g_x2.bfloat16(), g_qkv.bfloat16()])
     grads = {"d_x2": g_x2.bfloat16(), "d_qkv": g_qkv.bfloat16()}
-    ref = reference.run(checked.analysis, low, "lowp", sizes, grads=grads)
+    ref = reference.run(checked.analysis, low, "kernel", sizes, grads=grads)
     for grad, of in op.grad_outputs:
         want = ref[grad].to(x[of].dtype)
         torch.testing.assert_close(x[of].grad, want, rtol=0, atol=0, msg=grad)

@@ -5,6 +5,8 @@
   transformers' names and layouts (``coda_spec.nn.layout``).
 * :func:`apply_to_hf_llama` (``coda_spec.nn.hf``): the same chains patched into an existing
   transformers ``LlamaForCausalLM``.
+* ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
+  as transformers makes them) or refused.
 """
 
 from coda_spec.nn.hf import apply_to_hf_llama

@@ -7,14 +7,18 @@ parameters. transformers keeps its layouts, so each call fuses them into coda's
 the original parameters, and the fused copies cost one read and write of the QKV and gate/up
 weights per step (``coda_spec.nn.LlamaForCausalLM`` keeps coda's layout and pays nothing).
 
-What the patched forward serves: a training call with ``labels`` (the loss; the logits are never
-made, so the output's ``logits`` is None), an all-ones or absent ``attention_mask``, no cache and
-no ``inputs_embeds``. Any other call runs transformers' own forward, unchanged.
+What the patched forward serves: a training call with ``input_ids`` and ``labels`` (the loss; the
+logits are never made, so the output's ``logits`` is None) and keywords the coda model honours
+(``coda_spec.nn.call.HONOURED``: a padding ``attention_mask`` and packed ``position_ids``
+included) or that ask for nothing (``use_cache=False``). Any other call (no labels, a cache,
+``inputs_embeds``, a keyword the coda model does not know) runs transformers' own forward,
+unchanged, as the unpatched model would.
 """
 
 from __future__ import annotations
 
 from coda_spec.nn import layout
+from coda_spec.nn.call import HONOURED, REFUSED
 from coda_spec.nn.llama import LlamaShape, causal_lm_loss, chain_ops, rope_table
 
 
@@ -52,12 +56,14 @@ def apply_to_hf_llama(model, builds="build", tuned=None, recompute: bool = False
     tables: dict = {}  # (weights' dtype, device) -> RoPE table: the model may move later
 
     def forward(input_ids=None, attention_mask=None, labels=None, **kw):
-        unserved = {"inputs_embeds", "past_key_values"} & {
-            k for k, v in kw.items() if v is not None
-        }
-        padded = attention_mask is not None and not bool(attention_mask.all())
-        if labels is None or input_ids is None or unserved or kw.get("use_cache") or padded:
+        unserved = [
+            k
+            for k, v in kw.items()
+            if k not in HONOURED and not (k in REFUSED and (v is None or v is False))
+        ]
+        if labels is None or input_ids is None or unserved:
             return original(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kw)
+        kw["attention_mask"] = attention_mask
         root = hf_root(model, shape)
         fused: dict = {}  # layer -> its fused weights, made once per call
 

@@ -40,8 +40,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from coda_spec import builddir, ops
+from coda_spec import builddir, ops, versions
 from coda_spec.nn import layout
+from coda_spec.nn.call import IGNORE_INDEX, checked
 from coda_spec.runtime import Chain, CodaRuntimeError, load
 
 CHAINS = ("llama3_first", "llama3_layer", "llama3_last")
@@ -57,7 +58,6 @@ def build_command(recompute: bool = False) -> str:
 
 
 BUILD_COMMAND = build_command()
-IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,10 @@ class LlamaShape:
 
     @classmethod
     def of(cls, config) -> LlamaShape:
-        """From a transformers ``LlamaConfig`` or a :class:`LlamaConfig`."""
+        """From a transformers ``LlamaConfig`` (transformers in ``versions.TRANSFORMERS``) or a
+        :class:`LlamaConfig`."""
+        if type(config).__module__.split(".")[0] == "transformers":
+            require_transformers()
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
@@ -129,28 +132,33 @@ class LlamaShape:
         )
 
 
+def require_transformers() -> None:
+    """Refuse an installed transformers outside ``coda_spec.versions.TRANSFORMERS``: a
+    ``CodaRuntimeError`` naming the supported range and the pip command."""
+    why = versions.unsupported_transformers(versions.version("transformers"))
+    if why:
+        raise CodaRuntimeError(why)
+
+
 def _inv_freq(config, head_dim: int) -> torch.Tensor:
-    """RoPE's frequencies: transformers' own init function for its config (``rope_parameters``,
-    any ``rope_type`` whose attention scaling is 1), else the default RoPE at ``rope_theta``."""
+    """RoPE's frequencies: what transformers' own rotary embedding computes for its config
+    (``rope_parameters``, any ``rope_type`` whose attention scaling is 1), else the default RoPE
+    at ``rope_theta``. Read off a ``LlamaRotaryEmbedding`` built for the config, not its init
+    functions: their signatures changed within 5.x (5.24 dropped ``device``)."""
     params = getattr(config, "rope_parameters", None)
     if params is None:
         theta = config.rope_theta
         return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # only for its configs
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # its configs'
 
-    kind = params.get("rope_type", "default")
-    init = (
-        LlamaRotaryEmbedding.compute_default_rope_parameters
-        if kind == "default"
-        else ROPE_INIT_FUNCTIONS[kind]
-    )
-    inv_freq, scaling = init(config, None)
-    if scaling != 1.0:
+    rotary = LlamaRotaryEmbedding(config)
+    if rotary.attention_scaling != 1.0:
+        kind = params.get("rope_type", "default")
         raise CodaRuntimeError(
-            f"RoPE type {kind!r} scales cos/sin by {scaling}; the rope primitive does not"
+            f"RoPE type {kind!r} scales cos/sin by {rotary.attention_scaling}; the rope "
+            "primitive does not"
         )
-    return inv_freq.float()
+    return rotary.inv_freq.float()
 
 
 def rope_table(shape: LlamaShape, weights=torch.bfloat16, device=None) -> torch.Tensor:
@@ -205,16 +213,16 @@ def causal_lm_loss(
     call for :class:`LlamaForCausalLM`, so FSDP2 (``fully_shard`` per layer) gathers them there.
     A chain that spans layers ``i`` and ``i + 1`` runs within both.
 
-    ``labels`` as transformers takes them (shifted here: row ``t`` predicts ``labels[t + 1]``;
-    ``-100`` is ignored); ``num_items_in_batch`` (transformers' gradient accumulation) divides
-    the summed loss instead of the count of valid targets. ``position_ids``: as transformers'."""
-    b, s = input_ids.shape
+    ``input_ids``, ``labels`` and ``kw``: as transformers takes them, each honoured or refused
+    (``coda_spec.nn.call``): labels shifted here (row ``t`` predicts ``labels[t + 1]``; ``-100``
+    is ignored); ``num_items_in_batch`` (transformers' gradient accumulation) divides the summed
+    loss instead of the count of valid targets; ``attention_mask`` and ``position_ids`` as
+    transformers' (a padded or packed batch attends through a mask)."""
+    call = checked(input_ids, labels, kw, shape.vocab)
+    b, s = call.ids.shape
     m = b * s
-    pos = kw.get("position_ids")
-    pos = torch.arange(s, device=input_ids.device).expand(b, s) if pos is None else pos
-    pos = pos.reshape(m).to(torch.int32)
-    target = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX).reshape(m).to(torch.int32)
-    x = F.embedding(input_ids, root["embed_tokens.weight"]).reshape(m, shape.hidden)
+    pos, target = call.pos, call.target
+    x = F.embedding(call.ids, root["embed_tokens.weight"]).reshape(m, shape.hidden)
     qkv = within(
         0,
         lambda w0: chains["llama3_first"](
@@ -227,7 +235,7 @@ def causal_lm_loss(
         return {"x0": x, "y": y, **{k: w[v] for k, v in keep.items()}}
 
     for i in range(shape.layers - 1):
-        y = _attention(qkv, shape, b, s)
+        y = _attention(qkv, shape, b, s, call.mask)
         out = within(
             i,
             lambda wi, y=y, i=i: within(
@@ -238,7 +246,7 @@ def causal_lm_loss(
             ),
         )
         x, qkv = out["x2"], out["qkv"]
-    y = _attention(qkv, shape, b, s)
+    y = _attention(qkv, shape, b, s, call.mask)
     lm = root["embed_tokens.weight" if shape.tied else "lm_head.weight"]
     out = within(
         shape.layers - 1,
@@ -249,18 +257,23 @@ def causal_lm_loss(
     valid = target != IGNORE_INDEX
     # the LM head writes target_logit only where the target is valid: select, never multiply
     nll = torch.where(valid, out["lse"] - out["target_logit"], 0.0)
-    n = kw.get("num_items_in_batch")
-    return nll.sum() / (valid.sum() if n is None else n)
+    return nll.sum() / (valid.sum() if call.n is None else call.n)
 
 
-def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int) -> torch.Tensor:
-    """SDPA over the heads of ``qkv [M, (NH + 2*NKV)*HD]``; returns ``y [M, NH*HD]``."""
+def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None) -> torch.Tensor:
+    """SDPA over the heads of ``qkv [M, (NH + 2*NKV)*HD]``; returns ``y [M, NH*HD]``. ``mask``
+    (``[B, 1, S, S]`` bool, ``coda_spec.nn.call``): a padded or packed batch's, with k and v
+    repeated to the query heads as transformers does with a mask (SDPA's GQA takes the math
+    kernel with one on the GPU); None: causal."""
     h, kv, hd = shape.heads, shape.kv_heads, shape.head_dim
     heads = qkv.view(b, s, h + 2 * kv, hd).transpose(1, 2)
     q, k, v = heads[:, :h], heads[:, h : h + kv], heads[:, h + kv :]
-    y = F.scaled_dot_product_attention(
-        q, k, v, is_causal=True, enable_gqa=True, scale=1.0 / math.sqrt(hd)
-    )
+    scale = 1.0 / math.sqrt(hd)
+    if mask is None:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+    else:
+        k, v = (t.repeat_interleave(h // kv, dim=1) for t in (k, v))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return y.transpose(1, 2).reshape(b * s, h * hd)
 
 
@@ -305,8 +318,10 @@ class LlamaForCausalLM(torch.nn.Module):
                     p.normal_(0.0, 0.02)
         self.register_buffer("freqs", rope_table(sh, dtype, device), persistent=False)
 
-    def forward(self, input_ids, labels, **kw):
-        """The mean cross-entropy of next-token prediction (``causal_lm_loss``)."""
+    def forward(self, input_ids=None, labels=None, **kw):
+        """The mean cross-entropy of next-token prediction (``causal_lm_loss``). Takes
+        transformers' ``attention_mask``, ``position_ids`` and ``num_items_in_batch``; refuses
+        every other keyword (``coda_spec.nn.call``)."""
         root = {"embed_tokens.weight": self.embed_tokens.weight, "norm": self.norm}
         if not self.shape.tied:
             root["lm_head.weight"] = self.lm_head.weight
