@@ -7,6 +7,8 @@
 # then on the device, with carry [".device", "build"]:
 #   PHASE=llama3 bash benchmarks/issue31_device.sh   # coda verify of the three llama3 builds
 #   PHASE=checks bash benchmarks/issue31_device.sh   # coda verify of ISSUE31_SPECS, GPU tests
+#   PHASE=model bash benchmarks/issue31_device.sh    # the Llama with a padded attention_mask:
+#       bf16 parity against transformers (fp32 reference), unpadded too; compile with the mask
 # Logs go to /tmp/coda-issue31/i31/, packed after every part into $OUT/i31-$PHASE.tar.gz; the
 # parts stop by BUDGET_S (default 570 s) after the start. The exit status is the first failing
 # part's (a failed verify is not hidden behind a successful pack).
@@ -40,8 +42,16 @@ checks)
   timeout "$(left 300)" python3 -m pytest -q -p no:cacheprovider -m gpu -rfE $GPU_TESTS 2>&1 \
     | tail -80 | tee "$out/gpu-tests.log"; keep
   ;;
+model)
+  for pad in 64 0; do
+    timeout "$(left 200)" python3 benchmarks/llama_h200.py parity --layers "${LAYERS:-2}" \
+      --pad $pad --out "$out/parity-pad$pad.json" 2>&1 | tee "$out/parity-pad$pad.log"; keep; pack
+  done
+  timeout "$(left 200)" python3 benchmarks/llama_h200.py compile --layers "${LAYERS:-2}" \
+    --pad 64 --out "$out/compile-pad64.json" 2>&1 | tail -30 | tee "$out/compile-pad64.log"; keep
+  ;;
 *)
-  echo "PHASE must be llama3 or checks" >&2; status=2
+  echo "PHASE must be llama3, checks or model" >&2; status=2
   ;;
 esac
 pack

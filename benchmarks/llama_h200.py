@@ -11,7 +11,8 @@ issue's bar is coda's error <= 1.5x transformers-bf16's, per tensor. ``compile``
 ``torch._dynamo.explain`` of the coda model (graph breaks), and a fullgraph compile's loss
 against eager's. Step times: ``benchmarks/train_step.py``. Default config: Llama-3.2-1B (16
 layers, 2048 hidden, 32/8 heads, 64 head dim, 8192 intermediate, 128256 vocab, tied), batch 2 x
-4096; ``--layers``/``--seq`` shrink it.
+4096; ``--layers``/``--seq`` shrink it. ``--pad N``: row 0 left-padded and the other rows
+right-padded by N tokens, passed to every model as ``attention_mask`` (labels -100 there).
 """
 
 from __future__ import annotations
@@ -41,8 +42,19 @@ def batch(cfg, b: int, s: int):
     return ids, labels
 
 
-def hf_loss(model, ids, labels):
-    return model(input_ids=ids, labels=labels).loss
+def padded(ids, labels, pad: int) -> tuple:
+    """``(ids, labels, attention_mask)``: ``pad`` tokens of padding, on the left of row 0 and
+    the right of the others; the mask None without padding."""
+    if not pad:
+        return ids, labels, None
+    mask = torch.ones_like(ids)
+    mask[0, :pad] = 0
+    mask[1:, -pad:] = 0
+    return ids.masked_fill(mask == 0, 0), labels.masked_fill(mask == 0, -100), mask
+
+
+def hf_loss(model, ids, labels, mask=None):
+    return model(input_ids=ids, labels=labels, attention_mask=mask).loss
 
 
 def rel(a, b) -> float:
@@ -51,18 +63,18 @@ def rel(a, b) -> float:
 
 def parity(args) -> dict:
     cfg = config(args.layers)
-    ids, labels = batch(cfg, args.batch, args.seq)
+    ids, labels, mask = padded(*batch(cfg, args.batch, args.seq), args.pad)
     bf = train_step.hf_bf16(cfg)
     ref = copy.deepcopy(bf).float()  # the same (bf16-valued) weights, computed in fp32
-    ref_loss = hf_loss(ref, ids, labels)
+    ref_loss = hf_loss(ref, ids, labels, mask)
     ref_loss.backward()
     ref_grads = {n: p.grad.detach().clone() for n, p in ref.named_parameters()}
     del ref
     torch.cuda.empty_cache()
     coda = CodaLlama.from_hf(bf, builds=args.builds)
-    bf_loss = hf_loss(bf, ids, labels)
+    bf_loss = hf_loss(bf, ids, labels, mask)
     bf_loss.backward()
-    coda_loss = coda(ids, labels)
+    coda_loss = coda(ids, labels, attention_mask=mask)
     coda_loss.backward()
     coda_grads = {n: p.grad for n, p in coda.named_parameters()}
     as_hf = layout.to_hf_state_dict(coda_grads, coda.shape)
@@ -91,13 +103,13 @@ def parity(args) -> dict:
 
 def compile_check(args) -> dict:
     cfg = config(args.layers)
-    ids, labels = batch(cfg, args.batch, args.seq)
+    ids, labels, mask = padded(*batch(cfg, args.batch, args.seq), args.pad)
     coda = CodaLlama.from_hf(train_step.hf_bf16(cfg), builds=args.builds)
-    explained = torch._dynamo.explain(coda)(ids, labels)
+    explained = torch._dynamo.explain(coda)(ids, labels, attention_mask=mask)
     torch._dynamo.reset()
     t0 = time.perf_counter()
     compiled = torch.compile(coda, fullgraph=True)
-    loss = compiled(ids, labels)
+    loss = compiled(ids, labels, attention_mask=mask)
     loss.backward()
     torch.cuda.synchronize()
     return {
@@ -105,7 +117,7 @@ def compile_check(args) -> dict:
         "graphs": explained.graph_count,
         "break_reasons": [str(r) for r in explained.break_reasons],
         "compiled_loss": loss.item(),
-        "eager_loss": coda(ids, labels).item(),
+        "eager_loss": coda(ids, labels, attention_mask=mask).item(),
         "first_compiled_step_s": round(time.perf_counter() - t0, 1),
     }
 
@@ -117,6 +129,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--pad", type=int, default=0, help="padding tokens per row (attention_mask)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     run = {"parity": parity, "compile": compile_check}[args.part]
