@@ -57,6 +57,7 @@ from coda_spec.equivalence import RTOL, compare, draw
 from coda_spec.expr import parse
 from coda_spec.inputs import make_inputs
 from coda_spec.primitives import registry
+from coda_spec.primitives._ranges import bounds
 from coda_spec.primitives.base import ELEMENTWISE
 from coda_spec.reference import run
 
@@ -117,8 +118,6 @@ def gaps(case, sizes: dict, drawn: dict, seed: int = 0) -> tuple:
 
 def ranged_items(checked) -> tuple:
     """``(site, op, (lo, hi), width)`` of every ranged item, at ``checked``'s dims."""
-    from coda_spec.primitives._ranges import bounds
-
     sizes = {d.name: d.size for d in checked.spec.dims if d.size is not None}
     infos = iter(info for _, info in checked.analysis.step_infos())
     out = []

@@ -147,6 +147,7 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
     """The algebra proof of one checked spec (see the module docstring); ``coverage``: when
     every output is proven, also look for the items the drawn inputs never exercise
     (``coda_spec.coverage``; reported as warnings by :func:`coverage_diagnostics`)."""
+    from coda_spec.coverage import gaps, uncut_ranges
     from coda_spec.equivalence import RTOL, check_backward, check_equivalence, draw
 
     start = time.perf_counter()
@@ -182,12 +183,8 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
         proofs += [_proof("backward", c, RTOL) for c in check_backward(case, sizes, drawn=drawn)]
     found = ()
     if coverage and all(p.ok for p in proofs):
-        from coda_spec.coverage import gaps
-
         found = gaps(case, sizes, drawn, seed)
     if case is not checked:
-        from coda_spec.coverage import uncut_ranges
-
         found = uncut_ranges(checked, case) + tuple(found)
     return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start, found)
 

@@ -50,6 +50,7 @@ EXIT_INVALID_SPEC, EXIT_TOOL_FAILURE, EXIT_NO_GPU (the reference-side checks ran
 
 from __future__ import annotations
 
+import gc
 import time
 
 import torch
@@ -354,8 +355,6 @@ def fitted_case(chain, checked, label, sizes, seed, reference, variant, notes, s
 
 
 def _release() -> None:
-    import gc
-
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

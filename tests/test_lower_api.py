@@ -79,16 +79,18 @@ def test_every_primitive_without_a_host_lowering_says_why():
 
 
 def test_a_host_refusal_quotes_the_primitives_reason():
+    """A primitive with no host lowering in a host body: the host kernel refuses it, quoting the
+    primitive's own reason (``coda check`` gives the same refusal: tests/test_host_kernel.py)."""
     text = SHADOW.replace(
         "steps:\n",
         "steps:\n  - host: h\n    over: x\n    body:\n"
-        "      - {load_tile: x}\n      - {reduce_col: sum, of: x, as: cs}\n"
-        "  - {finalize: sum, of: cs, as: c}\n",
-    ).replace("outputs: {y: bf16}", "outputs: {y: bf16, c: fp32}")
+        "      - {load_tile: x}\n      - {prepass: mean, of: x, as: mu}\n"
+        "      - {sub: [x, mu], as: xc}\n      - {store: xc, to: c}\n",
+    ).replace("outputs: {y: bf16}", "outputs: {y: bf16, c: bf16}")
     checked = check_source(parse_text("x.yaml", text))
     with pytest.raises(HostKernelError) as info:
         host_kernel(checked, "h")
-    assert registry()["reduce_col"].no_host in str(info.value)
+    assert registry()["prepass"].no_host in str(info.value)
 
 
 def test_emit_reaches_primitives_only_through_the_registry_it_is_given():
