@@ -21,7 +21,7 @@ import torch
 
 from coda_spec import dims as dimmod
 from coda_spec.dtypes import TORCH_DTYPES, dtype, round_to
-from coda_spec.expr import parse
+from coda_spec.expr import ExprError, parse
 from coda_spec.expr_eval import evaluate
 
 
@@ -92,7 +92,15 @@ def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, di
         for t in spec.tensors:
             if t.derive is None:
                 continue
-            value = evaluate(parse(t.derive, single_expression=True), env)[None]
+            try:
+                value = evaluate(parse(t.derive, single_expression=True), env)[None]
+            except ExprError as e:  # located in this tensor's derive
+                raise e.at(t.loc.path + ("derive",)) from e
+            if not isinstance(value, torch.Tensor):
+                raise ExprError(
+                    f"derive gives {type(value).__name__} {value!r}, not a tensor",
+                    hint="derive an expression of the other inputs",
+                ).at(t.loc.path + ("derive",))
             exact[t.name] = value.double()
             low[t.name] = _lower(value, t.dtype)
             env[t.name] = exact[t.name]
