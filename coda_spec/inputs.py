@@ -101,6 +101,14 @@ def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, di
                     f"derive gives {type(value).__name__} {value!r}, not a tensor",
                     hint="derive an expression of the other inputs",
                 ).at(t.loc.path + ("derive",))
+            want = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
+            if tuple(value.shape) != want:
+                raise ExprError(
+                    f"derive gives shape {list(value.shape)}, but the declared shape "
+                    f"[{', '.join(map(str, t.shape))}] is {list(want)} here",
+                    hint="derive a tensor of the declared shape (a reduction over dim -1 "
+                    "drops the last dim)",
+                ).at(t.loc.path + ("derive",))
             exact[t.name] = value.double()
             low[t.name] = _lower(value, t.dtype)
             env[t.name] = exact[t.name]
