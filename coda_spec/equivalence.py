@@ -69,7 +69,7 @@ def _factor(got: torch.Tensor, want: torch.Tensor) -> float | None:
 
 def draw(checked, sizes: dict, seed: int = 0) -> dict:
     """The fp64 inputs and incoming gradients the checks use (draw once, reuse for mutants)."""
-    _, exact = make_inputs(checked.spec, sizes, seed)
+    _, exact = make_inputs(checked.spec, sizes, seed, exact_shapes=True)
     grads = {}
     if checked.spec.backward is not None:
         _, grads = make_grads(checked.spec, checked.analysis, sizes, seed + 1)
