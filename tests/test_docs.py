@@ -20,6 +20,56 @@ def _yaml_blocks(path):
     return re.findall(r"```yaml\n(.*?)```", path.read_text(), flags=re.S)
 
 
+DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+# The line before a YAML block that is not a whole spec says what it is; nothing is skipped
+# silently. fragment: part of a spec (skipped); not-a-spec: other YAML (CI configs: skipped);
+# invalid: a whole spec shown with a mistake (must FAIL coda check).
+YAML_MARKS = ("<!-- yaml: fragment -->", "<!-- yaml: not-a-spec -->", "<!-- yaml: invalid -->")
+
+
+def yaml_blocks(path) -> list[tuple[int, str, str]]:
+    """(line, marker or "", text) of every ```yaml block of ``path``."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```yaml":
+            indent = len(lines[i]) - len(lines[i].lstrip())
+            j = i + 1
+            while lines[j].strip() != "```":
+                j += 1
+            mark = lines[i - 1].strip() if i and lines[i - 1].strip() in YAML_MARKS else ""
+            text = "\n".join(line[indent:] for line in lines[i + 1 : j]) + "\n"
+            out.append((i + 2, mark, text))
+            i = j
+        i += 1
+    return out
+
+
+def test_every_yaml_block_is_a_spec_that_checks_or_is_marked():
+    """Every YAML block of docs/*.md and README.md is a whole spec that ``coda check``
+    accepts, or is marked (YAML_MARKS) on the line before; an ``invalid`` one must fail."""
+    from coda_spec.errors import SpecError
+
+    seen, problems = 0, []
+    for path in DOCS:
+        for line, mark, text in yaml_blocks(path):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if mark in YAML_MARKS[:2]:
+                continue
+            seen += 1
+            try:
+                check_source(parse_text(where, text))
+                ok = True
+            except SpecError as e:
+                ok, why = False, e.diagnostics[0]
+            if mark and ok:
+                problems.append(f"{where}: marked invalid, but coda check accepts it")
+            elif not mark and not ok:
+                problems.append(f"{where}: {why.message} (mark it if it is not a whole spec)")
+    assert not problems, "\n".join(problems)
+    assert seen >= 4  # spec-language's example, its fp8 example, README's, the tutorial's v1
+
+
 def test_complete_example_in_the_language_reference_checks_clean():
     first = _yaml_blocks(DOC)[0]
     checked = check_source(parse_text("docs/spec-language.md", first))
