@@ -8,7 +8,8 @@ A program that the checker (``coda_spec.expr.check``) accepts can still fail to 
 that do not broadcast, a float where torch wants a dim, an index out of range. Every such
 failure is raised as an ``ExprError`` at the innermost node that failed (its line and column in
 the program), never as torch's own exception, so ``coda check --math`` reports it where it is
-written (exit 2), not as an internal error.
+written (exit 2), not as an internal error. Running out of memory is not the expression's
+fault: ``torch.OutOfMemoryError`` passes through as it is.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def _ev(node, env):
     """``node``'s value; a failure is an ``ExprError`` located at the innermost failing node."""
     try:
         return _ev_node(node, env)
-    except ExprError:
+    except (ExprError, torch.OutOfMemoryError):  # located already; out of memory: not the text
         raise
     except _FAILURES as e:
         what = _first_line(e)

@@ -113,3 +113,19 @@ def test_grad_refuses_an_unwritable_out_before_deriving(tmp_path, where):
     assert "Invalid value for '-o' / '--out'" in res.output
     assert ("is a folder; give a file name" in res.output) == where.startswith("dir")
     assert "derived:" not in res.output and not (tmp_path / "missing").exists()
+
+
+def test_out_of_memory_in_an_expression_is_not_blamed_on_the_expression(monkeypatch):
+    """An OOM while evaluating is the machine's limit, not a malformed expression: it passes
+    through as torch's error (verify turns it into its own message), not as an ExprError."""
+    import torch
+
+    from coda_spec import expr_eval
+    from coda_spec.expr import parse
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 15.66 GiB")
+
+    monkeypatch.setitem(expr_eval.FUNCS, "silu", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        expr_eval.evaluate(parse("y = silu(x)"), {"x": torch.ones(2)})
