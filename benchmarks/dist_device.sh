@@ -10,7 +10,7 @@
 # by BUDGET_S (default 570 s) after the start. PARITY=1 also runs 5 AdamW steps on fixed data:
 # with NPROC=1 it dumps the references (and compares 2 no-sync micro-batches against them);
 # with NPROC=2 it compares against the NPROC=1 dumps in $REF (default: this run's folder).
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 source .device/setup.sh
 NPROC=${NPROC:-1}
 RUNS=${RUNS:-"fsdp2 coda
@@ -52,8 +52,9 @@ if [ -n "${PARITY:-}" ]; then
     fi
   done
 fi
-echo "$RUNS" | while read -r wrap mode; do
+while read -r wrap mode <&3; do
   [ -n "$wrap" ] || continue
   run "$wrap-$mode-$NPROC" --wrap "$wrap" --mode "$mode" --steps "${STEPS:-8}" --warmup 2
-done
+done 3<<< "$RUNS"  # fd 3: a command in the loop cannot eat the lines
 pack
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

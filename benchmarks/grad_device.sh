@@ -10,7 +10,7 @@
 # DERIVED lists the derived specs to verify; PAIRS the lines "hand-written derived..." to
 # bench (one home: this file; EXTRA_DERIVED adds to it). Logs go to /tmp/coda-grad/, packed after
 # every part into $OUT/grad.tar.gz; the parts stop by BUDGET_S (default 570 s) after the start.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 source .device/setup.sh
 DERIVED="${DERIVED:-$(ls specs/grad/*.yaml)} ${EXTRA_DERIVED:-}"
 PAIRS="${PAIRS:-specs/llama_block.yaml specs/grad/llama_block.yaml
@@ -29,11 +29,12 @@ if [ -z "${BENCH_ONLY:-}" ]; then
   timeout "$(left 240)" python3 -m coda_spec.cli verify $DERIVED --seed 20261202 2>&1 \
     | tee "$out/verify-derived.log"; pack
 fi
-echo "$PAIRS" | while read -r line; do  # each line: the hand-written target, then derived ones
+while read -r line <&3; do  # each line: the hand-written target, then derived ones
   [ -n "$line" ] || continue
   name=$(basename "${line##* }" .yaml)
   timeout "$(left 240)" python3 -m coda_spec.cli bench $line --m 16384 \
     --baselines "${BASELINES:-none}" --out "$out/bench-$name" 2>&1 | tee "$out/bench-$name.log"
   pack
-done
+done 3<<< "$PAIRS"  # fd 3: a command in the loop cannot eat the lines
 pack
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

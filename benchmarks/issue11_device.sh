@@ -11,7 +11,7 @@
 #   bash benchmarks/issue11_device.sh gates    # tests/gpu (chains, fuzz, misuse, training gates)
 #   (coda bench: benchmarks/runtime_device.sh bench W)
 # Logs go to $OUT/<part>/ and are packed into $OUT/<part>.tar.gz.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 part=${1:?usage: issue11_device.sh verify|gates}
 source .device/setup.sh
 out=${OUT:-/tmp/coda-issue11}/$part${2:+-w$2}
@@ -29,3 +29,4 @@ case $part in
     ;;
 esac
 tar -czf "${OUT:-/tmp/coda-issue11}/$part${2:+-w$2}.tar.gz" -C "$out" .
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

@@ -12,7 +12,7 @@
 # then on the device, with carry [".device", "build", ".old"]:
 #   bash benchmarks/issue18_device.sh all     # host time before/after, tests/gpu, verify
 # Logs go to $OUT/<part>/ and are packed into $OUT/<part>.tar.gz.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 part=${1:?usage: issue18_device.sh verify|gates|overhead|all}
 source .device/setup.sh
 root=${OUT:-/tmp/coda-issue18}
@@ -55,3 +55,4 @@ if [ "$part" = all ]; then
 else
   run_part "$part"
 fi
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

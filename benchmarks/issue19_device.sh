@@ -11,7 +11,7 @@
 #    torch.add (benchmarks/host_overhead.py);
 # 3. the rest of tests/gpu, in the time left.
 # Logs go to $OUT/ and are packed into $OUT/issue19.tar.gz.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 source .device/setup.sh
 out=${OUT:-/tmp/coda-issue19}/issue19
 mkdir -p "$out"
@@ -24,3 +24,4 @@ timeout 120 python3 benchmarks/host_overhead.py build/f2_deferred_norm-latest \
 timeout "${GPU_TESTS_S:-200}" python3 -m pytest tests/gpu -q -p no:cacheprovider \
   --deselect tests/gpu/test_ops_gpu.py 2>&1 | tail -15 | tee "$out/gpu-tests.log"
 tar -czf "${OUT:-/tmp/coda-issue19}/issue19.tar.gz" -C "$out" .
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

@@ -15,7 +15,7 @@
 #    transformers eager and compiled (mask patched) against coda eager and compiled.
 # SKIP_CHECKS=1 leaves out 1 and 2 (a re-run of the model's parts).
 # Logs go to $OUT/issue20/ and are packed into $OUT/issue20.tar.gz.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 source .device/setup.sh
 out=${OUT:-/tmp/coda-issue20}/issue20
 mkdir -p "$out"
@@ -37,3 +37,4 @@ timeout "${STEP_S:-330}" python3 benchmarks/train_step.py --modes hf,hf-compile-
   --shape 1b-2x4096 --kind fwdbwd --profile --timeout 150 --out "$out/step.json" 2>&1 \
   | grep -v DEBUG | tail -30 | tee "$out/step.log"
 tar -czf "${OUT:-/tmp/coda-issue20}/issue20.tar.gz" -C "$out" .
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

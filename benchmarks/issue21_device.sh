@@ -17,7 +17,7 @@
 # The step phases use the shipped table (the package's coda_spec/tuned/, searched by default).
 # Logs go to /tmp/coda-issue21/i21/, packed after every part into $OUT/i21-$PHASE.tar.gz; the
 # parts stop by BUDGET_S (default 570 s) after the start, so a call's limit keeps what ran.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 source .device/setup.sh
 out=/tmp/coda-issue21/i21  # only the packed archive goes to $OUT (a call returns 8 files)
 mkdir -p "$out"
@@ -78,3 +78,4 @@ compile)
   ;;
 esac
 pack
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

@@ -20,7 +20,7 @@
 # add to them). Logs go to
 # /tmp/coda-issue22/i22/, packed after every part into $OUT/i22-$PHASE.tar.gz; the parts stop
 # by BUDGET_S (default 570 s) after the start, so a call's limit keeps what ran.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 source .device/setup.sh
 x=tests/specs_extra
 ISSUE22_SPECS="$x/gqa_qknorm_rope.yaml $x/fp8_out_amax.yaml $x/dropout_residual.yaml"
@@ -71,3 +71,4 @@ bench)
 *) echo "PHASE must be verify or bench" >&2; exit 2 ;;
 esac
 pack
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

@@ -8,7 +8,7 @@
 #   bash benchmarks/runtime_device.sh verify   # coda verify of every build
 #   bash benchmarks/runtime_device.sh bench W  # coda bench of b3, b4, llama_block at width W
 # Logs go to $OUT/<part>/ and are packed into $OUT/<part>.tar.gz.
-set -o pipefail
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 part=${1:?usage: runtime_device.sh gates|verify|bench WIDTH}
 source .device/setup.sh
 out=${OUT:-/tmp/coda-runtime}/$part${2:+-w$2}
@@ -35,3 +35,4 @@ case $part in
     ;;
 esac
 tar -czf "${OUT:-/tmp/coda-runtime}/$part${2:+-w$2}.tar.gz" -C "$out" .
+finish  # exit with the first failure's status (benchmarks/device_status.sh)

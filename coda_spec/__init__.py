@@ -18,9 +18,11 @@ def load(directory, tuned=None):
     return _load(directory, tuned=tuned)
 
 
-def op(build, tuned=None, fuse_grad_accum=False):
+def op(build, tuned=None, dims=None, fuse_grad_accum=False):
     """A built chain as a torch op with autograd (``coda_spec.ops.op``; docs/training.md).
+    ``dims``: ``{name: size}`` for some static dims, to run the build re-sized there (nothing
+    compiled; a size it cannot serve is refused, naming the ``coda build`` that would).
     ``fuse_grad_accum``: eager backwards add weight gradients into ``.grad`` in place."""
     from coda_spec.ops import op as _op
 
-    return _op(build, tuned=tuned, fuse_grad_accum=fuse_grad_accum)
+    return _op(build, tuned=tuned, dims=dims, fuse_grad_accum=fuse_grad_accum)

@@ -100,14 +100,35 @@ def _inputs(src, spec, sizes, diags) -> dict:
                 )
             )
         if t.range is not None:
+            bounds = []
             for i, b in enumerate(t.range):
                 if isinstance(b, str):
                     try:
-                        fold(b, sizes)
+                        b = fold(b, sizes)
                     except DimError as e:
                         diags.append(src.diag(path + ("range", i), str(e), e.hint))
+                bounds.append(b if isinstance(b, (int, float)) else None)
+            _empty_range(src, t, bounds, diags)
         out[t.name] = TensorInfo(t.name, tuple(shape), t.dtype, "input", "", t.loc, t.ignore_index)
     return out
+
+
+def _empty_range(src, t, bounds, diags) -> None:
+    """``range: [lo, hi]`` draws from [lo, hi): nothing to draw when ``hi <= lo`` (an integer
+    tensor: when the integer range is empty). Bounds that are dynamic dims are not checked."""
+    lo, hi = (bounds + [None, None])[:2]
+    if lo is None or hi is None or isinstance(lo, bool) or isinstance(hi, bool):
+        return
+    ints = t.dtype in INDEX_DTYPES or t.dtype in ("int32", "int64")
+    empty = int(hi) <= int(lo) if ints else hi < lo
+    if empty:
+        diags.append(
+            src.diag(
+                t.loc.path + ("range",),
+                f"range [{lo}, {hi}] is empty: inputs are drawn from [lo, hi)",
+                "write the smaller bound first, e.g. range: [0, V]",
+            )
+        )
 
 
 def _one_dynamic_dim(src, spec, diags) -> None:

@@ -212,7 +212,18 @@ def check(paths, exclude, fmt, quiet, math):
             diags.extend(refused)
             continue
         diags.extend(checked.analysis.warnings)
-        report = prover(checked) if prover else None
+        try:
+            report = prover(checked) if prover else None
+        except SpecError as e:  # an expression the proof cannot evaluate: located, invalid
+            invalid += 1
+            diags.extend(e.diagnostics)
+            continue
+        except Exception as e:  # noqa: BLE001 - one file's internal error ends only its proof
+            if os.environ.get("CODA_DEBUG"):
+                raise
+            tool_failed = True
+            diags.append(_internal(f, e))
+            continue
         if report is not None and not report.ok:
             wrong += 1
             diags.extend(diagnostics(checked, report))
@@ -242,6 +253,20 @@ def check(paths, exclude, fmt, quiet, math):
     if tool_failed:
         sys.exit(EXIT_TOOL_FAILURE)
     sys.exit(EXIT_INVALID_SPEC if invalid else EXIT_MISMATCH if wrong else EXIT_OK)
+
+
+def _internal(file, exc: Exception) -> Diagnostic:
+    """An internal error while proving one file of a folder run, as that file's diagnostic
+    (the run goes on to the next file and exits ``EXIT_TOOL_FAILURE``)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return Diagnostic(
+        str(file),
+        0,
+        0,
+        "<file>",
+        f"internal error while proving: {type(exc).__name__}: {first}",
+        "please report it; set CODA_DEBUG=1 for a traceback",
+    )
 
 
 def _need_torch(command: str, why: str) -> None:
@@ -725,6 +750,23 @@ GRAD_HELP = f"""Derive SPEC's fused backward: section from its forward steps.
     """
 
 
+def _out_file(ctx, param, value):
+    """An output FILE option (``-`` is stdout): refused (exit 2) when it names a folder or its
+    folder does not exist, before anything runs (``coda grad`` proves for seconds first)."""
+    if value in (None, "-"):
+        return value
+    path = Path(value)
+    if path.is_dir() or value.endswith(("/", os.sep)):
+        raise click.BadParameter(
+            f"'{value}' is a folder; give a file name, e.g. {path / 'derived.yaml'}"
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise click.BadParameter(f"the folder '{parent}' {what}; create it first")
+    return value
+
+
 def _csv(ctx, param, value):
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
@@ -733,7 +775,13 @@ def _csv(ctx, param, value):
     short_help="Derive a spec's backward: section, proven before it is written.", help=GRAD_HELP
 )
 @click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", default=None, help="Write the spec here (default: stdout).")
+@click.option(
+    "-o",
+    "--out",
+    default=None,
+    callback=_out_file,
+    help="Write the spec to this file (default: stdout); its folder must exist.",
+)
 @click.option(
     "--wrt",
     default=None,
@@ -769,7 +817,7 @@ def grad(spec, out, wrt, incoming, policy, keep, replace):
     _need_torch("coda grad", "it proves the derived section with check --math")
     try:
         code, _ = run_grad(spec, out, wrt, incoming, policy, keep or (), replace)
-    except (SpecError, ToolError) as e:
+    except (SpecError, ToolError, UsageError) as e:
         sys.exit(_report(e, spec))
     sys.exit(code)
 

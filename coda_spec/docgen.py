@@ -18,6 +18,9 @@ from coda_spec.primitives.base import FAMILIES
 DOC = Path(__file__).resolve().parent.parent / "docs" / "spec-language.md"
 BEGIN = "<!-- BEGIN GENERATED PRIMITIVES (python -m coda_spec.docgen) -->"
 END = "<!-- END GENERATED PRIMITIVES -->"
+# a YAML block that is part of a spec, not a whole one: tests/test_docs.py checks every other
+# YAML block of the docs as a spec, and skips only the ones so marked
+FRAGMENT = "<!-- yaml: fragment -->"
 TITLES = {
     "elementwise": "Elementwise",
     "pair": "Pairs (adjacent columns)",
@@ -78,7 +81,7 @@ def render() -> str:
             p = prims[name]
             ports = ", ".join(f"`{k}`" for k in p.operands) or "none"
             tensors = ", ".join(f"`{k}`" for k in p.tensors) or "none"
-            out += [f"#### `{name}`", "", p.summary, "", "```yaml", p.example, "```", ""]
+            out += [f"#### `{name}`", "", p.summary, "", FRAGMENT, "```yaml", p.example, "```", ""]
             body = _body(name)
             if body:
                 out += [body, ""]

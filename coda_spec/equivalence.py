@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from coda_spec.expr import parse
+from coda_spec.expr import ExprError, parse
 from coda_spec.expr_eval import _ev, evaluate
 from coda_spec.inputs import make_grads, make_inputs
 from coda_spec.primitives import registry
@@ -50,7 +50,7 @@ class Comparison:
 def compare(name: str, got: torch.Tensor, want: torch.Tensor) -> Comparison:
     got, want = got.double(), want.double()
     if got.shape != want.shape:
-        return Comparison(name, float("inf"), float("inf"))
+        return unprovable(name, f"its shape {list(got.shape)} is not {list(want.shape)}")
     diff = (got - want).abs()
     if not torch.isfinite(got).all() or not torch.isfinite(want).all():
         return Comparison(name, float("inf"), float("inf"))
@@ -73,7 +73,7 @@ def _factor(got: torch.Tensor, want: torch.Tensor) -> float | None:
 
 def draw(checked, sizes: dict, seed: int = 0) -> dict:
     """The fp64 inputs and incoming gradients the checks use (draw once, reuse for mutants)."""
-    _, exact = make_inputs(checked.spec, sizes, seed)
+    _, exact = make_inputs(checked.spec, sizes, seed, exact_shapes=True)
     grads = {}
     if checked.spec.backward is not None:
         _, grads = make_grads(checked.spec, checked.analysis, sizes, seed + 1)
@@ -86,9 +86,19 @@ def check_equivalence(
     spec = checked.spec
     exact = (drawn or draw(checked, sizes, seed))["inputs"]
     got = run(checked.analysis, exact, "fp64", sizes, perturb=perturb, hook=hook)
-    want = evaluate(parse(spec.equivalent_to), {**exact, **sizes})
+    try:
+        want = evaluate(parse(spec.equivalent_to), {**exact, **sizes})
+    except ExprError as e:
+        raise e.at(("equivalent_to",)) from e
     outs = {o.name for o in spec.outputs}
-    return [compare(n, got[n], want[n]) for n in want if n in outs]
+    return [_compared(n, got[n], want[n]) for n in want if n in outs]
+
+
+def _compared(name: str, got: torch.Tensor, want) -> Comparison:
+    """``compare``, or an unproven output when ``equivalent_to`` assigns it a non-tensor."""
+    if not isinstance(want, torch.Tensor):
+        return unprovable(name, f"equivalent_to assigns it {type(want).__name__} {want!r}")
+    return compare(name, got, want)
 
 
 def unprovable(name: str, why: str, recomputes: str = "") -> Comparison:
@@ -115,15 +125,27 @@ def check_backward(
     fwd = {}
     with torch.enable_grad():
         for target, node in parse(spec.equivalent_to).statements:
-            env[target] = _ev(node, env)
+            try:
+                env[target] = _ev(node, env)
+            except ExprError as e:
+                raise e.at(("equivalent_to",)) from e
             fwd[target] = env[target]
         value = {**leaves, **fwd}  # a name assigned by equivalent_to is that node, not an input
         total, missing = torch.zeros((), dtype=torch.float64), []
         for g, t in grads.items():
-            if grad_of[g] in value:
-                total = total + (value[grad_of[g]] * t).sum()
+            v = value.get(grad_of[g])
+            if isinstance(v, torch.Tensor) and v.shape != t.shape:
+                missing.append(
+                    f"incoming gradient '{g}' has shape {list(t.shape)}, but equivalent_to's "
+                    f"'{grad_of[g]}' has {list(v.shape)}"
+                )
+            elif isinstance(v, torch.Tensor):
+                total = total + (v * t).sum()
             else:
-                missing.append(f"incoming gradient '{g}' is of '{grad_of[g]}'")
+                missing.append(
+                    f"incoming gradient '{g}' is of '{grad_of[g]}', which equivalent_to never "
+                    "computes"
+                )
         out, wrt, names = [], [], []
         for o in spec.backward.outputs:
             of = grad_of.get(o.name)
@@ -138,10 +160,8 @@ def check_backward(
                     )
                 )
             elif missing:
-                out.append(
-                    unprovable(o.name, "; ".join(missing) + ", which equivalent_to never computes")
-                )
-            elif of not in value:
+                out.append(unprovable(o.name, "; ".join(missing)))
+            elif not isinstance(value.get(of), torch.Tensor):
                 out.append(
                     unprovable(
                         o.name,
@@ -155,7 +175,14 @@ def check_backward(
         live = [i for i, w in enumerate(wrt) if w.requires_grad]
         auto = [None] * len(wrt)
         if live and total.requires_grad:
-            res = torch.autograd.grad(total, [wrt[i] for i in live], allow_unused=True)
+            try:
+                res = torch.autograd.grad(total, [wrt[i] for i in live], allow_unused=True)
+            except RuntimeError as e:
+                first = (str(e).strip().splitlines() or ["RuntimeError"])[0]
+                raise ExprError(
+                    f"autograd cannot differentiate equivalent_to: {first}",
+                    hint="state the forward math with differentiable functions",
+                ).at(("equivalent_to",)) from e
             for i, a in zip(live, res, strict=True):
                 auto[i] = a
     for name, w, a in zip(names, wrt, auto, strict=True):

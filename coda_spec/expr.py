@@ -85,6 +85,11 @@ TORCH_ROUNDINGS = {
     "float8_e5m2": "fp8_e5m2",
     "to": "bf16",
 }
+# where a function takes a dim (an integer): the positional index of the dim argument
+DIM_ARGS = {
+    **dict.fromkeys(("sum", "mean", "amax", "var", "softmax", "log_softmax"), 1),
+    **dict.fromkeys(("logsumexp", "stack", "cat", "gather"), 1),
+}
 METHODS = ("flatten", "reshape", "unsqueeze", "sum", "mean", "amax", "abs")
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow)
 _CMPOPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -92,11 +97,18 @@ MAX_DEPTH = 100  # syntax-tree depth; real programs stay below 20
 
 
 class ExprError(ValueError):
-    """A located problem in a program: ``line``/``col`` are 1-based within the program text."""
+    """A located problem in a program: ``line``/``col`` are 1-based within the program text;
+    ``path``: the spec path of the program (``("equivalent_to",)``, ``tensors.x.derive``) once
+    a caller that knows it has set it (:meth:`at`), else ``()``."""
 
-    def __init__(self, message: str, line: int = 1, col: int = 1, hint: str = ""):
+    def __init__(self, message: str, line: int = 1, col: int = 1, hint: str = "", path=()):
         super().__init__(message)
         self.message, self.line, self.col, self.hint = message, line, col, hint
+        self.path = tuple(path)
+
+    def at(self, path) -> ExprError:
+        """The same problem, in the program at spec path ``path``."""
+        return ExprError(self.message, self.line, self.col, self.hint, path)
 
 
 @dataclass(frozen=True)
@@ -166,7 +178,14 @@ def _check_node(node, inputs, dims, defined, problems):
             ExprError(msg, getattr(n, "lineno", 1), getattr(n, "col_offset", 0) + 1, hint)
         )
 
+    called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    values = inputs | dims | defined
     for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in FUNCTIONS and n.id not in values:
+            if id(n) not in called:
+                bad(n, f"'{n.id}' is a function, not a value", f"call it: {n.id}(...)")
+        elif isinstance(n, ast.Slice):
+            _check_slice(n, bad)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             if (
                 n.id not in inputs
@@ -191,7 +210,11 @@ def _check_node(node, inputs, dims, defined, problems):
                     or n.args[1].id not in inputs
                 ):
                     bad(n, "vjp(y, x, dy) needs x to be a chain input name")
+                elif n.func.id in DIM_ARGS:
+                    _check_dim(n, DIM_ARGS[n.func.id], bad)
             elif isinstance(n.func, ast.Attribute):
+                if n.func.attr in ("sum", "mean", "amax"):
+                    _check_dim(n, 0, bad)
                 if n.func.attr not in METHODS:
                     hint = _rounding_hint(n.func.attr) or did_you_mean(n.func.attr, METHODS)
                     bad(n, f"unknown method '.{n.func.attr}()'", hint)
@@ -223,6 +246,42 @@ def _check_node(node, inputs, dims, defined, problems):
             ),
         ):
             bad(n, f"{type(n).__name__} is not allowed in equivalence programs")
+
+
+def _constant(node):
+    """The number a literal (``2``, ``-1``, ``1.5``) stands for, else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _constant(node.operand)
+        return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return None if isinstance(node.value, bool) else node.value
+    return None
+
+
+def _check_dim(call: ast.Call, index: int, bad) -> None:
+    """A literal dim argument (positional ``index`` or ``dim=``) must be an integer."""
+    args = list(call.args[index : index + 1]) + [k.value for k in call.keywords if k.arg == "dim"]
+    for arg in args:
+        v = _constant(arg)
+        if v is not None and not isinstance(v, int):
+            bad(arg, f"dim {v} is not an integer", "a dim is an integer axis: -1 is the last")
+
+
+def _check_slice(n: ast.Slice, bad) -> None:
+    """Literal slice parts must be integers, and a literal step positive (torch has no
+    reversed slices: ``w[::-1]`` fails at evaluation)."""
+    for part in (n.lower, n.upper, n.step):
+        v = _constant(part) if part is not None else None
+        if isinstance(v, float):
+            bad(part, f"slice bound {v} is not an integer", "slice with integers: w[0::2]")
+    step = _constant(n.step) if n.step is not None else None
+    if isinstance(step, int) and step <= 0:
+        bad(
+            n.step,
+            f"slice step {step} is not positive",
+            "a step is a positive integer (w[0::2], w[1::2]); tensors cannot be reversed by "
+            "slicing",
+        )
 
 
 def _rounding_hint(name: str) -> str:

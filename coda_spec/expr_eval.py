@@ -3,6 +3,13 @@
 Only the whitelisted functions exist; the AST is walked node by node (no ``eval``). Standard ops
 map to torch's own implementations (``F.rms_norm``, ``F.cross_entropy``, complex-number RoPE as in
 Meta's Llama reference), deliberately independent of the primitives' reference math.
+
+A program that the checker (``coda_spec.expr.check``) accepts can still fail to evaluate: shapes
+that do not broadcast, a float where torch wants a dim, an index out of range. Every such
+failure is raised as an ``ExprError`` at the innermost node that failed (its line and column in
+the program), never as torch's own exception, so ``coda check --math`` reports it where it is
+written (exit 2), not as an internal error. Running out of memory is not the expression's
+fault: ``torch.OutOfMemoryError`` passes through as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import torch.nn.functional as F
 
 from coda_spec import philox
 from coda_spec.dtypes import round_to
-from coda_spec.expr import ROUNDINGS, Program, uses_vjp
+from coda_spec.expr import ROUNDINGS, ExprError, Program, uses_vjp
 
 
 def _rms_norm(x, weight, eps):
@@ -165,7 +172,43 @@ def _device(env: dict):
     return next((v.device for v in env.values() if isinstance(v, torch.Tensor)), None)
 
 
+# what evaluating a well-formed but ill-typed expression raises (torch, Python operators)
+_FAILURES = (
+    RuntimeError,
+    TypeError,
+    ValueError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    ArithmeticError,
+    NotImplementedError,
+)
+
+
 def _ev(node, env):
+    """``node``'s value; a failure is an ``ExprError`` located at the innermost failing node."""
+    try:
+        return _ev_node(node, env)
+    except (ExprError, torch.OutOfMemoryError):  # located already; out of memory: not the text
+        raise
+    except _FAILURES as e:
+        what = _first_line(e)
+        raise ExprError(
+            f"cannot evaluate this expression: {what}",
+            getattr(node, "lineno", 1),
+            getattr(node, "col_offset", 0) + 1,
+            "check its operands' shapes and its arguments (a dim is an integer)",
+        ) from e
+
+
+def _first_line(e: Exception) -> str:
+    """The first line of an exception's message, without torch's list of overloads that
+    follows 'but expected one of:'."""
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return line.split(", but expected one of")[0].rstrip(":") or type(e).__name__
+
+
+def _ev_node(node, env):
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -198,7 +241,11 @@ def _ev(node, env):
     if isinstance(node, (ast.Tuple, ast.List)):
         items = [_ev(e, env) for e in node.elts]
         return tuple(items) if isinstance(node, ast.Tuple) else items
-    raise ValueError(f"cannot evaluate {type(node).__name__}")
+    raise ExprError(
+        f"cannot evaluate {type(node).__name__}",
+        getattr(node, "lineno", 1),
+        getattr(node, "col_offset", 0) + 1,
+    )
 
 
 def eval_node(node: ast.expr, env: dict):

@@ -21,7 +21,7 @@ import torch
 
 from coda_spec import dims as dimmod
 from coda_spec.dtypes import TORCH_DTYPES, dtype, round_to
-from coda_spec.expr import parse
+from coda_spec.expr import ExprError, parse
 from coda_spec.expr_eval import evaluate
 
 
@@ -70,11 +70,16 @@ def _lower(x, name: str):
     return x.to(TORCH_DTYPES[name])
 
 
-def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, dict]:
+def make_inputs(
+    spec, sizes: dict, seed: int = 0, device=None, exact_shapes: bool = False
+) -> tuple[dict, dict]:
     """Returns (inputs in their declared dtypes, the same in fp64 with exact derived inputs).
 
     ``device``: draw there with that device's generator (default: the CPU, whose draws a
-    recorded seed replays anywhere; a CUDA generator draws other values for the same seed)."""
+    recorded seed replays anywhere; a CUDA generator draws other values for the same seed).
+    ``exact_shapes``: a derived input whose shape is not its declared shape at ``sizes`` is an
+    ``ExprError`` at its ``derive`` (the proof's rule; verify checks the shapes itself and
+    skips such a case, noted)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
     scales = _weight_scales(spec, sizes)
@@ -92,7 +97,23 @@ def make_inputs(spec, sizes: dict, seed: int = 0, device=None) -> tuple[dict, di
         for t in spec.tensors:
             if t.derive is None:
                 continue
-            value = evaluate(parse(t.derive, single_expression=True), env)[None]
+            try:
+                value = evaluate(parse(t.derive, single_expression=True), env)[None]
+            except ExprError as e:  # located in this tensor's derive
+                raise e.at(t.loc.path + ("derive",)) from e
+            if not isinstance(value, torch.Tensor):
+                raise ExprError(
+                    f"derive gives {type(value).__name__} {value!r}, not a tensor",
+                    hint="derive an expression of the other inputs",
+                ).at(t.loc.path + ("derive",))
+            want = tuple(dimmod.evaluate(d, sizes) for d in t.shape)
+            if exact_shapes and tuple(value.shape) != want:
+                raise ExprError(
+                    f"derive gives shape {list(value.shape)}, but the declared shape "
+                    f"[{', '.join(map(str, t.shape))}] is {list(want)} here",
+                    hint="derive a tensor of the declared shape (a reduction over dim -1 "
+                    "drops the last dim)",
+                ).at(t.loc.path + ("derive",))
             exact[t.name] = value.double()
             low[t.name] = _lower(value, t.dtype)
             env[t.name] = exact[t.name]

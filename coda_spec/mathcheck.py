@@ -20,6 +20,9 @@ Each output gets one ``Proof``: ``proven`` (relative error <= ``RTOL``), ``misma
 backward output that is not a gradient). Nothing is skipped: a mismatch and an unproven output
 both fail the gate (exit 3). ``diagnostics`` locates each failure: a forward output at the
 ``equivalent_to`` line that assigns it, a backward output at the step item that writes it.
+An ``equivalent_to`` or ``derive`` expression that passes ``check`` but cannot be evaluated
+(shapes that do not broadcast, a float where a dim goes) raises a ``SpecError`` located at the
+failing expression (``evaluation_diag``): invalid input, exit 2, never an internal error.
 
 A passed proof also reports its coverage (``coda_spec.coverage``): the branch items (``relu``,
 ``abs``, ``clamp``, ``max``, ``min``) whose one side the drawn inputs never take, and the
@@ -161,9 +164,14 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
         return MathReport(spec.name, {}, seed, proofs, time.perf_counter() - start)
     case = small(checked)
     sizes = sizes_of(case)
-    drawn = draw(case, sizes, seed)
+    try:
+        drawn = draw(case, sizes, seed)
+        forward = check_equivalence(case, sizes, drawn=drawn)
+        backward = check_backward(case, sizes, drawn=drawn) if spec.backward is not None else []
+    except ExprError as e:  # an expression that parses and checks but cannot be evaluated
+        raise SpecError([evaluation_diag(checked, e, sizes)]) from e
     proofs = []
-    got = {c.output: c for c in check_equivalence(case, sizes, drawn=drawn)}
+    got = {c.output: c for c in forward}
     for o in spec.outputs:
         c = got.get(o.name)
         if c is None:
@@ -179,14 +187,22 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
             )
         else:
             proofs.append(_proof("forward", c, RTOL))
-    if spec.backward is not None:
-        proofs += [_proof("backward", c, RTOL) for c in check_backward(case, sizes, drawn=drawn)]
+    proofs += [_proof("backward", c, RTOL) for c in backward]
     found = ()
     if coverage and all(p.ok for p in proofs):
         found = gaps(case, sizes, drawn, seed)
     if case is not checked:
         found = uncut_ranges(checked, case) + tuple(found)
     return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start, found)
+
+
+def evaluation_diag(checked: Checked, err: ExprError, sizes: dict) -> Diagnostic:
+    """The located error for an ``equivalent_to`` or ``derive`` expression that failed to
+    evaluate during the proof, at the expression's line and column, naming the proof's dims
+    (torch's message quotes sizes at those dims, not the spec's)."""
+    dims = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    shown = ExprError(f"{err.message} (fp64 proof at {dims})", err.line, err.col, err.hint)
+    return program_diag(checked.source, err.path or ("equivalent_to",), shown)
 
 
 ROUNDING_SIZED = (1e-5, 2e-2)  # rel_err of one fp16/bf16/fp8 rounding (not of wrong algebra)

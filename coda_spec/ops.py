@@ -71,7 +71,8 @@ from coda_spec.frontend import with_dims
 from coda_spec.reference import run as reference_run
 from coda_spec.reference import run_backward as reference_backward
 from coda_spec.runtime import Chain, CodaRuntimeError, load
-from coda_spec.runtime.plan import FallbackRefused, resized_manifest
+from coda_spec.runtime.plan import FallbackRefused
+from coda_spec.runtime.plan import resized_manifest as _plan_resized
 
 # torch.library's registry lasts the process, so these do too: per op name, the ChainOps its
 # calls run (one build per spec name, one ChainOp per dims), and the torch ops defined so far.
@@ -104,39 +105,68 @@ def op(chain_or_build, tuned=None, dims=None, fuse_grad_accum: bool = False) -> 
     return have[key].with_grad_accum(fuse_grad_accum)
 
 
-def resized(chain: Chain, dims: dict) -> Chain:
-    """``chain``'s build at other static dims, compiling nothing: the spec is re-analysed there
-    (its shape rules re-checked), the manifest's shapes evaluated there, and kernel variants a
-    primitive refuses there left out. A size no variant of a kernel serves is a
-    :class:`CodaRuntimeError` naming the ``coda build`` that would."""
-    m = chain.manifest
-    unknown = sorted(set(dims) - set(m.static))
+class ResizeRefused(CodaRuntimeError):
+    """A build cannot run at other static dims without a rebuild. ``reason``: why (a shape
+    rule, a constant the build compiled in, a fallback config refused there); ``fix``: the
+    ``coda build`` that would serve them; ``rules``: the ``SpecError`` of the spec's shape
+    rules, when they are the reason (verify reports those as located errors)."""
+
+    def __init__(self, name: str, want: dict, reason: str, fix: str, rules=None):
+        super().__init__(f"{name}: cannot re-size to {want}: {reason}; {fix}")
+        self.reason, self.fix, self.rules = reason, fix, rules
+
+
+def resized(chain: Chain, dims: dict, built=None) -> Chain:
+    """``chain``'s build at other static dims, compiling nothing: the one home of re-sizing,
+    used by :func:`op` (``dims=``), ``coda verify``, ``coda bench --dims`` and ``coda tune``.
+    The spec is re-analysed at those dims (its shape rules re-checked), a constant a kernel
+    compiled in from the dims that they change is refused (``suits.baked_change``), and the
+    manifest is re-sized (:func:`resized_manifest`). ``built``: the build's checked spec
+    (None: the chain's). The result's ``checked()`` is the spec at the new dims. A size the
+    build cannot serve raises :class:`ResizeRefused` naming the ``coda build`` that would."""
+    built = built if built is not None else chain.checked()
+    declared = built.spec.dim_sizes()
+    static = sorted(k for k, v in declared.items() if v is not None)
+    unknown = sorted(set(dims) - set(static))
     if unknown:
         raise CodaRuntimeError(
-            f"{chain.name}: {unknown} are not static dims of this build (they are "
-            f"{', '.join(m.static) or 'none'}); pass sizes for those only"
+            f"{built.spec.name}: {unknown} are not static dims of this build (they are "
+            f"{', '.join(static) or 'none'}); pass sizes for those only"
         )
-    if all(m.static[k] == v for k, v in dims.items()):
+    if all(declared[k] == v for k, v in dims.items()):
         return chain
-    want = {**m.static, **dims}
+    want = {**{k: declared[k] for k in static}, **dims}
     fix = (
-        f"build a copy of the spec ({m.spec_file}) whose dims are "
+        f"build a copy of the spec ({built.source.file}) whose dims are "
         f"{{{', '.join(f'{k}: {v}' for k, v in want.items())}}} with coda build"
     )
     try:
-        case = with_dims(chain.checked(), dims)
+        case = with_dims(built, dims)
     except SpecError as e:  # the spec's shape rules refuse these sizes: say each one
         why = "; ".join(f"{d.path}: {d.message}" for d in e.diagnostics if d.severity == "error")
-        raise CodaRuntimeError(f"{chain.name}: cannot re-size to {want}: {why}; {fix}") from e
-    baked = suits.baked_change(chain.checked(), case)
-    if baked is not None:
-        raise CodaRuntimeError(f"{chain.name}: cannot re-size to {want}: {baked}; {fix}")
+        raise ResizeRefused(built.spec.name, want, why, fix, rules=e) from e
     try:
-        sizes = {d.name: d.size for d in case.spec.dims}
-        manifest = resized_manifest(m, sizes, suits.refusal(case))
-    except FallbackRefused as e:
-        raise CodaRuntimeError(f"{chain.name}: {e}; {fix}") from None
+        manifest = resized_manifest(chain, case, built)
+    except ResizeRefused as e:
+        raise ResizeRefused(built.spec.name, want, e.reason, fix) from None
     return chain.with_manifest(manifest, checked=case)
+
+
+def resized_manifest(chain, case, built=None):
+    """The chain's manifest at ``case``'s dims (``case``: the build's spec re-analysed there),
+    lowering nothing: refused (:class:`ResizeRefused`, no fix named) when a constant the build
+    compiled in changes there (``suits.baked_change``; ``built``: the build's checked spec,
+    None: the chain's) or its fallback config is refused there; a variant a primitive refuses
+    there is left out (``coda_spec.runtime.plan.resized_manifest``)."""
+    name = case.spec.name
+    want = case.spec.dim_sizes()
+    baked = suits.baked_change(built if built is not None else chain.checked(), case)
+    if baked is not None:
+        raise ResizeRefused(name, want, baked, "rebuild at these dims")
+    try:
+        return _plan_resized(chain.manifest, dict(want), suits.refusal(case))
+    except FallbackRefused as e:
+        raise ResizeRefused(name, want, str(e), "rebuild at these dims") from None
 
 
 def _dims_key(chain: Chain) -> tuple:

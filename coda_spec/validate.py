@@ -421,11 +421,55 @@ def validate_source(src: Source) -> None:
         raise SpecError(sorted(_dedupe(_drop_knock_ons(out)), key=lambda d: (d.line, d.col)))
 
 
+def _split_configs(src: Source, configs) -> dict:
+    """``configs: [128x128,cluster=2x1,cooperative]``: YAML reads an unquoted flow list's
+    commas as item separators, so one config becomes three items. {index of the first item:
+    the items it swallowed}, for each run of unquoted items after a tile item that name no
+    tile of their own, written without a space after the commas (``[128x128, pingpong]`` is
+    two candidates as meant; ``cooperative`` alone is a config)."""
+    items = configs if isinstance(configs, list) else []
+
+    def tile(text) -> bool:
+        return any("x" in p and p.replace("x", "").isdigit() for p in text.split(","))
+
+    def unquoted(i) -> bool:
+        line, col = src.where(("configs", i))
+        text = src.lines[line - 1] if 0 < line <= len(src.lines) else ""
+        return text[col - 1 : col] not in ("'", '"') and "[" in text[: col - 1]
+
+    runs, i = {}, 0
+    while i < len(items):
+        j = i + 1
+        if isinstance(items[i], str) and tile(items[i]) and unquoted(i):
+            while j < len(items) and isinstance(items[j], str) and not tile(items[j]):
+                if not unquoted(j):
+                    break
+                j += 1
+        line = src.lines[src.where(("configs", i))[0] - 1] if j > i + 1 else ""
+        while j > i + 1 and ",".join(items[i:j]) not in line:  # written a, b: meant as items
+            j -= 1
+        if j > i + 1:
+            runs[i] = list(range(i + 1, j))
+        i = j
+    return runs
+
+
 def _config_errors(src: Source, configs) -> list[Diagnostic]:
     """``configs:`` texts that ``--config`` would refuse (the schema checked they are strings)."""
     out, seen = [], {}
+    split = _split_configs(src, configs)
+    swallowed = {j for run in split.values() for j in run}
+    for first, run in split.items():
+        whole = ",".join(configs[k] for k in (first, *run))
+        out.append(
+            src.diag(
+                ("configs", first),
+                f"YAML read '{whole}' as {len(run) + 1} configs: in [...] a comma separates items",
+                f'quote it: configs: ["{whole}"]',
+            )
+        )
     for i, text in enumerate(configs if isinstance(configs, list) else ()):
-        if not isinstance(text, str):
+        if not isinstance(text, str) or i in swallowed:
             continue
         try:
             config = parse_config(text)

@@ -55,7 +55,7 @@ import time
 
 import torch
 
-from coda_spec import suits
+from coda_spec import ops
 from coda_spec.config import config_text
 from coda_spec.dims import DimError, dynamic_dim, evaluate
 from coda_spec.equivalence import check_equivalence
@@ -64,7 +64,6 @@ from coda_spec.frontend import with_dims
 from coda_spec.inputs import derive_mismatches, make_grads, make_inputs
 from coda_spec.mathcheck import prove
 from coda_spec.reference import run
-from coda_spec.runtime import plan
 from coda_spec.verify_report import Check, Report
 
 REAL_M, RAGGED_M, SMALL_M = 16384, 1000, 64
@@ -136,21 +135,12 @@ def cases(
 
 def resized_manifest(chain, checked_case, built=None):
     """The chain's manifest at the re-analysed case's dims, lowering nothing
-    (``coda_spec.runtime.plan.resized_manifest``): a variant a primitive refuses there is left
-    out; a refused fallback, or a constant the build compiled in from dims the case changes
-    (``coda_spec.suits.baked_change``; ``built``: the build's checked spec, None: the
-    chain's), skips the case, noted."""
-    baked = suits.baked_change(built or chain.checked(), checked_case)
-    if baked is not None:
-        raise CaseSkipped(baked)
+    (``coda_spec.ops.resized_manifest``, the one re-size recipe): a refused fallback, or a
+    constant the build compiled in from dims the case changes, skips the case, noted."""
     try:
-        return plan.resized_manifest(
-            chain.manifest,
-            {d.name: d.size for d in checked_case.spec.dims},
-            suits.refusal(checked_case),
-        )
-    except plan.FallbackRefused as e:
-        raise CaseSkipped(str(e)) from None
+        return ops.resized_manifest(chain, checked_case, built)
+    except ops.ResizeRefused as e:
+        raise CaseSkipped(e.reason) from None
 
 
 def _untouched(manifest, analysis, out_name, env):
@@ -239,6 +229,17 @@ def _partials(manifest, env) -> list[tuple[str, int]]:
     return out
 
 
+def _resized(chain, checked, static: dict):
+    """``chain`` at the ``static`` dims (``coda_spec.ops.resized``): dims the spec's shape
+    rules refuse are its located errors; a build that cannot serve them skips the case."""
+    try:
+        return ops.resized(chain, static, checked)
+    except ops.ResizeRefused as e:
+        if e.rules is not None:
+            raise e.rules from None
+        raise CaseSkipped(e.reason) from None
+
+
 def verify_case(
     chain, checked, case: str, sizes: dict, seed: int, reference=None, variant: str | None = None
 ) -> tuple:
@@ -250,15 +251,15 @@ def verify_case(
     declared = checked.spec.dim_sizes()
     static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
     sizes = {**{k: v for k, v in declared.items() if v is not None}, **sizes}
-    case_checked = with_dims(checked, static) if static else checked
+    runner = _resized(chain, checked, static)
+    case_checked = runner.checked() if static else checked
     ref_checked = reference or case_checked
     if reference is not None and static:
         ref_checked = with_dims(reference, static)
     bad = derive_mismatches(case_checked.spec, sizes)  # shapes only (meta tensors)
     if bad:
         raise CaseSkipped("; ".join(bad))
-    manifest = resized_manifest(chain, case_checked, checked) if static else chain.manifest
-    runner = chain.with_manifest(manifest) if static else chain
+    manifest = runner.manifest
     if variant is not None:
         runner = runner.with_variants(_forced(manifest, variant))
     low, exact = make_inputs(case_checked.spec, sizes, seed)

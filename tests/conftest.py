@@ -5,7 +5,7 @@ Tiers (markers declared in pyproject.toml)
 ------------------------------------------
 * ``slow``: the compile tier (sm_90a compiles through cutlass/quack, Triton AOT cubins, Triton's
   CPU interpreter in a subprocess) and anything else over ~2 s. ``python -m pytest -q -m "not
-  slow"`` is the quick loop (under a minute on 2 cores); CI runs everything (``python -m pytest
+  slow"`` is the quick loop (about 2 minutes on 2 cores); CI runs everything (``python -m pytest
   -q``).
 * ``needs(*modules)``: skipped, naming the missing module, where one of ``modules`` is not
   installed. :data:`needs_build` (``quack`` and ``cutlass``: the ``[build]`` extra) and

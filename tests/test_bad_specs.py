@@ -155,6 +155,10 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
         (7, 18, "(32768 / 3 = 10922.67); round it: declare a dim under dims:, e.g. F: 11008")
     ],
     "range_unknown_dim": [(7, 49, "unknown dim 'VV'; did you mean 'V'?")],
+    "range_empty": [(7, 45, "range [32768, 0] is empty: inputs are drawn from [lo, hi)")],
+    "configs_unquoted": [
+        (8, 11, 'as 3 configs: in [...] a comma separates items; quote it: configs: ["128x128,')
+    ],
     "tile_width_mismatch": [(13, 9, "operand widths differ (tile[4096], tile[2048])")],
     "dtype_mask_tma_row": [
         (13, 9, "the loaded tile is 4104 wide; uint8 rows must be a multiple of 16 elements")

@@ -20,6 +20,56 @@ def _yaml_blocks(path):
     return re.findall(r"```yaml\n(.*?)```", path.read_text(), flags=re.S)
 
 
+DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+# The line before a YAML block that is not a whole spec says what it is; nothing is skipped
+# silently. fragment: part of a spec (skipped); not-a-spec: other YAML (CI configs: skipped);
+# invalid: a whole spec shown with a mistake (must FAIL coda check).
+YAML_MARKS = ("<!-- yaml: fragment -->", "<!-- yaml: not-a-spec -->", "<!-- yaml: invalid -->")
+
+
+def yaml_blocks(path) -> list[tuple[int, str, str]]:
+    """(line, marker or "", text) of every ```yaml block of ``path``."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```yaml":
+            indent = len(lines[i]) - len(lines[i].lstrip())
+            j = i + 1
+            while lines[j].strip() != "```":
+                j += 1
+            mark = lines[i - 1].strip() if i and lines[i - 1].strip() in YAML_MARKS else ""
+            text = "\n".join(line[indent:] for line in lines[i + 1 : j]) + "\n"
+            out.append((i + 2, mark, text))
+            i = j
+        i += 1
+    return out
+
+
+def test_every_yaml_block_is_a_spec_that_checks_or_is_marked():
+    """Every YAML block of docs/*.md and README.md is a whole spec that ``coda check``
+    accepts, or is marked (YAML_MARKS) on the line before; an ``invalid`` one must fail."""
+    from coda_spec.errors import SpecError
+
+    seen, problems = 0, []
+    for path in DOCS:
+        for line, mark, text in yaml_blocks(path):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if mark in YAML_MARKS[:2]:
+                continue
+            seen += 1
+            try:
+                check_source(parse_text(where, text))
+                ok = True
+            except SpecError as e:
+                ok, why = False, e.diagnostics[0]
+            if mark and ok:
+                problems.append(f"{where}: marked invalid, but coda check accepts it")
+            elif not mark and not ok:
+                problems.append(f"{where}: {why.message} (mark it if it is not a whole spec)")
+    assert not problems, "\n".join(problems)
+    assert seen >= 4  # spec-language's example, its fp8 example, README's, the tutorial's v1
+
+
 def test_complete_example_in_the_language_reference_checks_clean():
     first = _yaml_blocks(DOC)[0]
     checked = check_source(parse_text("docs/spec-language.md", first))
@@ -138,3 +188,192 @@ def test_the_llama_example_trains_on_the_cpu(tmp_path, monkeypatch):
     sd = scope["hf"].state_dict()
     back = scope["model"].to_hf_state_dict()
     assert all(torch.equal(sd[k], back[k].to(sd[k].dtype)) for k in back)
+
+
+# -- documented command lines parse against the real CLI -------------------------------------
+
+# a command: coda ..., python -m coda_spec.cli ..., python benchmarks/x.py ..., torchrun ... x.py
+COMMAND = re.compile(
+    r"^(coda|python3? -m coda_spec\.cli|python3? (?:benchmarks|examples)/\S+\.py"
+    r"|torchrun .*?(?:benchmarks|examples)/\S+\.py)(\s|$)"
+)
+SHELL_BLOCKS = ("bash", "sh", "shell", "console", "")  # ```text blocks are output, not commands
+
+
+def doc_commands(path) -> list[tuple[int, str, str]]:
+    """(line, kind, command) of every command line in ``path``: kind ``run`` (a line of a shell
+    block, ``\\`` continuations joined, ``$ `` prompts dropped; a console block's other lines
+    are output), ``synopsis`` (a shell-block line with ``[--option]`` parts, continued on the
+    lines that start with ``[``) or ``mention`` (an inline code span: a command named with some
+    of its flags, its arguments left out)."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    fence = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^\1```", flags=re.S | re.M)
+    for m in fence.finditer(text):
+        if m.group(2) not in SHELL_BLOCKS:
+            continue
+        first = text[: m.start()].count("\n") + 2
+        logical, start = "", None
+        for k, raw in enumerate(m.group(3).split("\n")):
+            line = raw.strip()
+            if m.group(2) == "console" and not logical and not line.startswith("$ "):
+                continue
+            line = line.removeprefix("$ ")
+            if line.startswith("[") and found and found[-1][1] == "synopsis":
+                found[-1] = (found[-1][0], "synopsis", found[-1][2] + " " + line)
+                continue
+            start = first + k if start is None else start
+            logical += line[:-1] + " " if line.endswith("\\") else line
+            if not line.endswith("\\"):
+                found.append((start, "synopsis" if " [" in logical else "run", logical))
+                logical, start = "", None
+    prose = fence.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    for m in re.finditer(r"`([^`]+)`", prose):
+        found.append((prose[: m.start()].count("\n") + 1, "mention", " ".join(m.group(1).split())))
+    out = []
+    for line, kind, cmd in found:
+        words = cmd.split()
+        while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):  # CODA_TUNED=x coda ...
+            words.pop(0)
+        cmd = " ".join(words)
+        if COMMAND.match(cmd):
+            out.append((line, kind, cmd))
+    return out
+
+
+def command_words(cmd: str) -> list[str]:
+    """``cmd``'s words up to its first shell operator (a pipe, ``&&``, a redirection) or
+    comment."""
+    import shlex
+
+    lex = shlex.shlex(cmd, posix=True, punctuation_chars="|&;<>")
+    lex.whitespace_split, lex.commenters = True, "#"
+    words = []
+    for w in lex:
+        if w[0] in "|&;<>" or re.match(r"^\d>", w):
+            break
+        words.append(w)
+    return words
+
+
+def _flags(words) -> list[str]:
+    """The option names a synopsis shows: ``[-o/--builds build]`` gives -o and --builds."""
+    return re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", " ".join(words))
+
+
+def parse_coda(words: list[str], kind: str) -> str | None:
+    """Parse ``coda WORDS`` with click, running nothing: None, or click's complaint."""
+    import click
+
+    from coda_spec.cli import main
+
+    if not words or words[0].startswith("--help"):
+        return None
+    cmd = main.commands.get(words[0])
+    if cmd is None:
+        return f"no command '{words[0]}'"
+    if kind == "synopsis":
+        known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
+        unknown = [f for f in _flags(words[1:]) if f not in known]
+        return f"no option {', '.join(unknown)}" if unknown else None
+    try:
+        cmd.make_context(words[0], list(words[1:]), parent=click.Context(main, info_name="coda"))
+    except click.exceptions.Exit:  # --help
+        return None
+    except click.MissingParameter as e:
+        if kind == "mention" and isinstance(e.param, click.Argument):
+            return None  # `coda verify --small` names a flag; its targets are elsewhere
+        return e.format_message()
+    except click.BadOptionUsage as e:
+        if kind == "mention" and "requires an argument" in e.format_message():
+            return None  # `coda bench --dims` names the flag alone
+        return e.format_message()
+    except click.ClickException as e:
+        return e.format_message()
+    return None
+
+
+def test_every_documented_coda_command_parses(monkeypatch, capsys):
+    """Every ``coda ...`` line of docs/*.md and README.md parses against the real CLI (click,
+    nothing run): commands and options exist, values parse, required arguments are there
+    (mentions in prose may leave those out); a synopsis names real options only."""
+    from coda_spec.cli import main
+
+    monkeypatch.chdir(ROOT)  # -o's check reads the folder a documented path names
+    problems, seen = [], 0
+    for path in DOCS:
+        for line, kind, cmd in doc_commands(path):
+            words = command_words(cmd)
+            if words[0] != "coda":
+                continue
+            if kind == "mention" and len(words) > 1 and not words[1].startswith("-"):
+                if words[1] not in main.commands:
+                    continue  # prose in a code span ("coda against fp32: ..."), not a command
+            seen += 1
+            why = parse_coda(words[1:], kind)
+            if why:
+                problems.append(f"{path.relative_to(ROOT)}:{line}: {cmd}\n    {why}")
+    capsys.readouterr()
+    assert not problems, "\n".join(problems)
+    assert seen > 100
+
+
+class _Parsed(Exception):
+    """Raised by the patched ``parse_args`` once a script's arguments parsed."""
+
+
+def parse_script(script, args, monkeypatch) -> str | None:
+    """Run ``script`` as ``__main__`` up to its ``parse_args`` (patched to stop there):
+    None when argparse accepts ``args``, else argparse's complaint."""
+    import argparse
+    import contextlib
+    import io
+    import runpy
+    import sys
+
+    real = argparse.ArgumentParser.parse_args
+
+    def parse_args(self, args=None, namespace=None):
+        raise _Parsed(real(self, args, namespace))
+
+    err = io.StringIO()
+    with monkeypatch.context() as m:
+        m.setattr(argparse.ArgumentParser, "parse_args", parse_args)
+        m.setattr(sys, "argv", [str(script), *args])
+        m.syspath_prepend(str(script.parent))
+        try:
+            with contextlib.redirect_stderr(err):
+                runpy.run_path(str(script), run_name="__main__")
+        except _Parsed:
+            return None
+        except SystemExit:
+            return err.getvalue().strip().splitlines()[-1]
+    return "ran to the end without parsing its arguments"
+
+
+def test_every_documented_script_command_parses(monkeypatch):
+    """Every documented ``python benchmarks/...``/``examples/...`` line (and ``torchrun``) names
+    a script that exists, and argparse accepts its flags (the script is run only up to its
+    ``parse_args``). A script without argparse takes paths only: its lines must show no flag."""
+    problems, seen = [], set()
+    for path in DOCS:
+        for line, _, cmd in doc_commands(path):
+            words = command_words(cmd)
+            at = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
+            if at is None or words[0] == "coda":
+                continue
+            script, args = ROOT / words[at], words[at + 1 :]
+            where = f"{path.relative_to(ROOT)}:{line}: {cmd}"
+            if not script.exists():
+                problems.append(f"{where}\n    no such script")
+                continue
+            seen.add(script.name)
+            if "argparse" not in script.read_text(encoding="utf-8"):
+                if any(a.startswith("-") for a in args):
+                    problems.append(f"{where}\n    the script parses no flags")
+                continue
+            why = parse_script(script, args, monkeypatch)
+            if why:
+                problems.append(f"{where}\n    {why}")
+    assert not problems, "\n".join(problems)
+    assert {"train_step.py", "llama_h200.py", "example_grads.py", "train_llama.py"} <= seen

@@ -538,3 +538,98 @@ def test_text_mutated_specs(spec, stats):
 
 def test_bundled_specs_exist():
     assert SPECS, "no specs/*.yaml to mutate"
+
+
+# ---------------------------------------------------------------------------------------------
+# d. the audit's fuzz, through `coda check --math` (a folder run): delete a line, swap two
+# tokens of a line, change a number; on every bundled spec, once anywhere and once inside its
+# equivalent_to or derive expressions (where the proof evaluates what a mutation broke). No
+# mutant may end in exit 1 (an internal error: "retry" to CI) or print a traceback, and the
+# folder run must report every file. The mutants are drawn with a fixed seed; the proof's
+# coverage search (which runs on proven specs only, re-evaluating the same programs) is off to
+# keep the run to seconds.
+
+TOKEN = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d+)?(?:e-?\d+)?|[^\s\w]")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e-?\d+)?")
+NUMBERS = ("0", "1", "-1", "2", "3", "1.5", "-1.5", "7")  # small: a huge dim is a huge proof
+FUZZ_SEED = 31
+
+
+def _program_lines(lines: list[str]) -> list[int]:
+    """The indices of the lines of ``equivalent_to`` (a block) and of ``derive:`` entries."""
+    out, inside, indent = [], False, 0
+    for i, line in enumerate(lines):
+        body = line.lstrip()
+        depth = len(line) - len(body)
+        if inside and body and depth <= indent:
+            inside = False
+        if (inside and body) or "derive:" in line:
+            out.append(i)
+        if body.startswith("equivalent_to:"):
+            inside, indent = True, depth
+    return out
+
+
+def audit_mutant(text: str, kind: str, rng, in_programs: bool) -> str | None:
+    """``text`` with one edit of ``kind`` ('delete', 'swap' or 'number') on a line drawn by
+    ``rng``: any line, or one of the expressions'; None when no line qualifies."""
+    lines = text.split("\n")
+    pool = _program_lines(lines) if in_programs else range(len(lines))
+    need = {"delete": None, "swap": lambda s: len(TOKEN.findall(s)) >= 2, "number": NUMBER.search}
+    ok = need[kind] or (lambda s: True)
+    pool = [i for i in pool if lines[i].strip() and ok(lines[i])]
+    if not pool:
+        return None
+    i = rng.choice(pool)
+    line = lines[i]
+    if kind == "delete":
+        del lines[i]
+    elif kind == "swap":
+        tokens = list(TOKEN.finditer(line))
+        a, b = sorted(rng.sample(tokens, 2), key=lambda m: m.start())
+        lines[i] = (
+            line[: a.start()] + b.group() + line[a.end() : b.start()] + a.group() + line[b.end() :]
+        )
+    else:
+        m = rng.choice(list(NUMBER.finditer(line)))
+        n = float(m.group())
+        near = (str(int(n) + 1), str(int(n) // 2)) if n == int(n) else ()
+        new = rng.choice([x for x in (*NUMBERS, *near) if x != m.group()])
+        lines[i] = line[: m.start()] + new + line[m.end() :]
+    return "\n".join(lines)
+
+
+def audit_mutants(specs, seed: int = FUZZ_SEED):
+    """(file name, text) of each spec's mutants: one per kind, on any line or (a coin toss)
+    on an expression's line."""
+    import random
+    import zlib
+
+    for spec in specs:
+        text = spec.read_text(encoding="utf-8")
+        rng = random.Random(seed * 1_000_003 + zlib.crc32(spec.name.encode()))
+        for kind in ("delete", "swap", "number"):
+            in_programs = rng.random() < 0.5
+            new = audit_mutant(text, kind, rng, in_programs)
+            if new is not None and new != text:
+                yield f"{spec.stem}-{kind}{'-expr' if in_programs else ''}.yaml", new
+
+
+@pytest.mark.slow
+def test_audit_fuzz_check_math_never_exits_1(tmp_path, monkeypatch):
+    from functools import partial
+
+    from coda_spec import cli
+    from coda_spec.errors import EXIT_TOOL_FAILURE
+    from coda_spec.mathcheck import prove
+    from tests.conftest import coda_check
+
+    monkeypatch.setattr(cli, "prove", partial(prove, coverage=False))
+    names = []
+    for name, text in audit_mutants(SPECS):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        names.append(name)
+    assert len(names) >= 2 * len(SPECS)
+    res = coda_check("--math", "-q", tmp_path)  # asserts: no traceback, no internal error
+    assert res.exit_code != EXIT_TOOL_FAILURE, res.output[-3000:]
+    assert res.summary is not None and int(res.summary.group(1)) == len(names), res.output[-500:]

@@ -110,3 +110,49 @@ def test_philox_bakes_its_kernels_width():
     why = suits.baked_change(checked, with_dims(checked, {"D": 232}))
     assert why == "kernel 'proj_dropout' compiled philox for its width 256; at these dims it is 232"
     assert suits.baked_change(checked, with_dims(checked, {"F": 1024})) is None
+
+
+@pytest.fixture
+def scale_build(tmp_path, monkeypatch):
+    """A CPU build of scale_dims.yaml (``tests.test_runtime_cpu.make_build``)."""
+    pytest.importorskip("torch")
+    from coda_spec import ops
+    from tests import test_runtime_cpu as rt
+
+    monkeypatch.setattr(ops, "_OPS", {})
+    monkeypatch.setitem(rt.SPECS, "scale_dims", (SPEC, {}))
+    build, _ = rt.make_build(tmp_path, "scale_dims")
+    return build
+
+
+def test_bench_and_tune_refuse_a_resize_that_changes_a_constant(scale_build):
+    """``coda bench --dims`` and ``coda tune`` re-size through the one recipe
+    (``coda_spec.ops.resized``): before, they ran the build with its stale 1/sqrt(HD)."""
+    from coda_spec.bench import driver
+    from coda_spec.errors import ToolError
+    from coda_spec.runtime import load
+    from coda_spec.tune import tune_shape
+
+    chain = load(scale_build, tuned=False)
+    checked = chain.checked()
+    sizes = {**checked.spec.dim_sizes(), "M": 64, "HD": 128}
+    baked = r"cannot run at \{'HD': 128\}: .*compiled scale's 1/sqrt\(HD\) in as 0.125.*coda build"
+    with pytest.raises(ToolError, match=baked):
+        driver.at_dims(chain, checked, sizes)
+    with pytest.raises(ToolError, match=baked):
+        tune_shape(chain, checked, sizes, opts=None, clock=None, progress=None)
+    resized, case = driver.at_dims(chain, checked, {**sizes, "HD": 64, "D": 512})
+    assert resized.manifest.dims["D"] == 512 and case.spec.dim_sizes()["D"] == 512
+
+
+def test_the_package_op_takes_dims_and_refuses_a_spec_file(scale_build):
+    """``coda_spec.op(build, dims=...)`` as docs/training.md documents it (before: TypeError);
+    a spec file where a build goes is a clear error (before: NotADirectoryError)."""
+    import coda_spec
+    from coda_spec.runtime.plan import CodaRuntimeError
+
+    assert coda_spec.op(scale_build, dims={"D": 512}).chain.manifest.dims["D"] == 512
+    with pytest.raises(CodaRuntimeError, match=r"compiled scale's 1/sqrt\(HD\)"):
+        coda_spec.op(scale_build, dims={"HD": 128})
+    with pytest.raises(CodaRuntimeError, match="is a spec, not a build directory.*coda build"):
+        coda_spec.op(SPEC)

@@ -699,8 +699,8 @@ class VariantFake(FakeChain):
 
     forced: dict = {}
 
-    def with_manifest(self, manifest):
-        other = type(self)(self._checked, self.directory, self.fault, manifest)
+    def with_manifest(self, manifest, checked=None):
+        other = type(self)(checked or self._checked, self.directory, self.fault, manifest)
         other.log, other.forced = self.log, dict(self.forced)
         return other
 

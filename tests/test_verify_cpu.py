@@ -109,8 +109,8 @@ class FakeChain:
     def checked(self):
         return self._checked
 
-    def with_manifest(self, manifest) -> FakeChain:
-        other = FakeChain(self._checked, self.directory, self.fault, manifest)
+    def with_manifest(self, manifest, checked=None) -> FakeChain:
+        other = FakeChain(checked or self._checked, self.directory, self.fault, manifest)
         other.log = self.log
         return other
 

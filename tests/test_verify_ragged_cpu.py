@@ -33,8 +33,8 @@ B1 = ROOT / "specs" / "b1_dgrad_rmsnorm_bwd.yaml"
 class ValidatingChain(FakeChain):
     """FakeChain whose run first binds the inputs through the real runtime's validation."""
 
-    def with_manifest(self, manifest):
-        other = ValidatingChain(self._checked, self.directory, self.fault, manifest)
+    def with_manifest(self, manifest, checked=None):
+        other = ValidatingChain(checked or self._checked, self.directory, self.fault, manifest)
         other.log = self.log
         return other
 

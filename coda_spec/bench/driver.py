@@ -49,11 +49,9 @@ from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Sta
 from coda_spec.bench.timing import Clock, CudaClock, time_interleaved
 from coda_spec.dims import dynamic_dim
 from coda_spec.dtypes import DTYPES
-from coda_spec.errors import SpecError, ToolError
-from coda_spec.frontend import with_dims
+from coda_spec.errors import ToolError
 from coda_spec.inputs import make_grads, make_inputs
-from coda_spec.runtime.plan import FallbackRefused, resized_manifest
-from coda_spec.suits import refusal
+from coda_spec.ops import ResizeRefused, resized
 
 DEFAULT_M = (16384,)
 BASELINE_NAMES = ("eager", "compile", "liger")
@@ -116,25 +114,21 @@ def shapes(spec, opts: Options) -> list[dict]:
 
 
 def at_dims(chain, checked, sizes: dict):
-    """(chain, checked) re-sized to ``sizes``' static dims without a rebuild, or ToolError."""
+    """(chain, checked) re-sized to ``sizes``' static dims without a rebuild
+    (``coda_spec.ops.resized``, the one re-size recipe, with its baked-constant check), or
+    ToolError naming the rebuild."""
 
     declared = checked.spec.dim_sizes()
     static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
     if not static:
         return chain, checked
     try:
-        case = with_dims(checked, static)
-    except SpecError as e:
-        why = "; ".join(d.message for d in e.diagnostics)
+        chain = resized(chain, static, checked)
+    except ResizeRefused as e:
         raise ToolError(
-            f"{checked.spec.name}: this build cannot run at {static}: {why}; rebuild with those "
-            f"dims in the spec (edit dims:, then coda build)"
+            f"{checked.spec.name}: this build cannot run at {static}: {e.reason}; {e.fix}"
         ) from e
-    try:
-        manifest = resized_manifest(chain.manifest, dict(case.spec.dim_sizes()), refusal(case))
-    except FallbackRefused as e:
-        raise ToolError(f"{checked.spec.name}: {e}; rebuild with those dims in the spec") from e
-    return chain.with_manifest(manifest), case
+    return chain, chain.checked()
 
 
 # -- device --------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from coda_spec.errors import (
     EXIT_TOOL_FAILURE,
     Diagnostic,
     SpecError,
+    UsageError,
     format_path,
     render_text,
 )
@@ -155,7 +156,10 @@ def run_grad(path, out=None, wrt=None, incoming=None, policy="min", keep=(), rep
     if out in (None, "-"):
         sys.stdout.write(derived.text)
     else:
-        Path(out).write_text(derived.text)
+        try:
+            Path(out).write_text(derived.text)
+        except OSError as e:
+            raise UsageError(f"cannot write {out}: {e.strerror or e}", "-o") from e
     _say(
         f"derived: {src.file}: {_n(derived.kernels, 'GEMM kernel')}, "
         f"{_n(derived.hosts, 'host step')}, {_n(derived.finalizes, 'finalize')} "

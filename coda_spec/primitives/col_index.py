@@ -5,6 +5,7 @@ The value is a per-column vector broadcast over rows (kind ``row``), like a ``lo
 operand names the tile whose columns it indexes; it must be as wide as the step (``acc`` in a
 kernel: the columns of the GEMM's N, across every CTA tile). A position-dependent scale:
 
+<!-- yaml: fragment -->
 ```yaml
 - {col_index: acc, as: j}
 - {mul: [j, 0.001], as: slope}

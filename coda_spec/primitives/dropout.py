@@ -7,6 +7,7 @@ by a seed and an offset): the backward pass regenerates the same ``u`` from the 
 offset and applies the same ``dropout`` to the incoming gradient, the mask being a constant. ``p``
 is an immediate in [0, 1), compiled into the kernel.
 
+<!-- yaml: fragment -->
 ```yaml
 - {philox: acc, seed: seed, offset: offset, as: u}
 - {dropout: [acc, u], p: 0.1, as: h}

@@ -5,6 +5,7 @@ Rows whose index is the tensor's ``ignore_index``, or outside ``[0, W)``, are al
 onehot(target)`` without materialising the one-hot matrix: in a host step, or in the epilogue of
 the logits GEMM itself, where the M x V logits are never written (CODA's LM-head backward):
 
+<!-- yaml: fragment -->
 ```yaml
 - {load_col: lse}
 - {sub: [logits, lse], as: shifted}

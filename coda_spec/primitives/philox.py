@@ -8,6 +8,7 @@ it is Triton's ``tl.randint(seed, counter)`` with ``u = (r >> 8) * 2^-24``, exac
 changes them per step without a rebuild; a backward step given the same two regenerates the same
 numbers (dropout's mask is never saved):
 
+<!-- yaml: fragment -->
 ```yaml
 - {philox: acc, seed: seed, offset: offset, as: u}
 - {dropout: [acc, u], p: 0.1, as: h}        # acc * (u >= 0.1) / 0.9

@@ -5,6 +5,7 @@ Multiply by it to zero the loss and gradient of padding rows, as cross-entropy's
 the index, converted to fp32, with ``ignore_index``; exact for an ``ignore_index`` below 2^24 in
 magnitude), but not inside a ``prepass`` statistic's input:
 
+<!-- yaml: fragment -->
 ```yaml
 - {valid: target, as: keep}
 - {load_col: d_loss}

@@ -33,6 +33,12 @@ class Chain:
 
     def __init__(self, directory, manifest: Manifest | None = None, tuned=None, _shared=None):
         self.directory = Path(directory).resolve()
+        if manifest is None and self.directory.is_file():
+            what = "a spec" if self.directory.suffix in (".yaml", ".yml") else "a file"
+            raise CodaRuntimeError(
+                f"{directory} is {what}, not a build directory; load what coda build makes: "
+                f"coda build {directory}, then build/<name>-latest"
+            )
         self.manifest = manifest if manifest is not None else read_manifest(self.directory)
         self.name = self.manifest.name
         table = load_table(tuned) if _shared is None else tuned
