@@ -30,6 +30,10 @@ elementwise items whose deletion still passes. ``coverage_diagnostics`` makes ea
 warning at the item, with a ``range:`` that would exercise it; warnings leave the exit status
 alone (0 for a passed proof).
 
+Memory: before drawing anything, :func:`proof_bytes` estimates what the proof at the chosen dims
+holds; over ``PROOF_BYTES`` every output is ``unproven`` with that reason (a dim the shrink
+cannot bring down, ``V: 1e9``, would otherwise allocate until the machine runs out).
+
 Why fp64 and small dims: the fused chain and the unfused math are different orders of the same
 arithmetic, so in fp64 they agree to ~1e-15 when the algebra is right and differ by O(1) when it
 is not (a swapped gate/up, a dSwiGLU under a GeGLU forward). Small dims keep every algebraic
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 
 from coda_spec.analyze import program_diag
 from coda_spec.analyze_order import unlisted_hint
+from coda_spec.dims import DimError, evaluate
 from coda_spec.errors import Diagnostic, SpecError
 from coda_spec.expr import ExprError, parse
 from coda_spec.frontend import Checked, with_dims
@@ -164,6 +169,20 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
         return MathReport(spec.name, {}, seed, proofs, time.perf_counter() - start)
     case = small(checked)
     sizes = sizes_of(case)
+    need = proof_bytes(case, sizes)
+    if need > PROOF_BYTES:
+        why = (
+            f"the fp64 proof at these dims would hold about {need / 2**30:.1f} GiB (over the "
+            f"{PROOF_BYTES / 2**30:.0f} GiB a CPU proof may take): the proof shrinks static "
+            "dims by at most 16 and only where every shape rule and range still holds; "
+            "prove a copy at smaller dims"
+        )
+        proofs = tuple(
+            Proof(section, o.name, "unproven", float("inf"), float("inf"), why)
+            for section, outs in _sections(spec)
+            for o in outs
+        )
+        return MathReport(spec.name, sizes, seed, proofs, time.perf_counter() - start)
     try:
         drawn = draw(case, sizes, seed)
         forward = check_equivalence(case, sizes, drawn=drawn)
@@ -194,6 +213,38 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
     if case is not checked:
         found = uncut_ranges(checked, case) + tuple(found)
     return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start, found)
+
+
+PROOF_BYTES = 8 * 2**30  # what one fp64 proof may hold (CI's machine has 24 GiB, 2 cores)
+
+
+def proof_bytes(checked: Checked, sizes: dict) -> int:
+    """An upper estimate of what the fp64 proof at ``sizes`` holds: every declared and produced
+    tensor, and every item's value over its step's rows x width, in fp64, twice (the spec's
+    math and ``equivalent_to``'s, with autograd's saved values). A mutated dim (``V: 1e9``)
+    would otherwise make ``check --math`` allocate hundreds of GiB before anything fails."""
+
+    def count(shape) -> int:
+        n = 1
+        for d in shape:
+            try:
+                n *= evaluate(d, sizes)
+            except DimError:
+                return 0
+        return n
+
+    a = checked.analysis
+    elements = sum(count(t.shape) for t in a.tensors)
+    for step, info in a.step_infos():
+        items = step.epilogue if step.kind == "kernel" else getattr(step, "body", ())
+        rows = (
+            info.rows
+            if info.rows is not None
+            else next((d.name for d in checked.spec.dims if d.size is None), 1)
+        )
+        if info.width is not None:
+            elements += len(items) * count((rows, info.width))
+    return 2 * 8 * elements
 
 
 def evaluation_diag(checked: Checked, err: ExprError, sizes: dict) -> Diagnostic:

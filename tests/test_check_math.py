@@ -386,3 +386,22 @@ def _write(text: str):
     path = Path(tempfile.mkdtemp()) / "spec.yaml"
     path.write_text(text)
     return path
+
+
+def test_a_proof_too_large_for_the_cpu_is_unproven_not_allocated(tmp_path):
+    """A dim the proof cannot shrink enough (V = 16M, about 19 GiB in fp64 even at the shrunk
+    dims; the audit's fuzz made 1e9) is refused before anything is allocated: every output
+    unproven, located, exit 3 (before: check --math allocated until the machine ran out)."""
+    text = (ROOT / "specs" / "llama3_last.yaml").read_text()
+    path = tmp_path / "big_v.yaml"
+    path.write_text(text.replace("V: 128256}", "V: 16000000}"))
+    report = prove(check_file(str(path)))
+    assert not report.ok and {p.status for p in report.proofs} == {"unproven"}
+    assert "would hold about 19.3 GiB (over the 8 GiB a CPU proof may take)" in (
+        report.proofs[0].note
+    )
+    res = coda_check(str(path), "--math")
+    assert res.exit_code == EXIT_MISMATCH
+    assert "big_v.yaml:82:3: error: equivalent_to: forward output 'lse' is not proven" in (
+        res.output
+    )
