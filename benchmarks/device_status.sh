@@ -10,3 +10,11 @@ set -o errtrace
 device_status=0
 trap 'rc=$?; [ "$device_status" -ne 0 ] || device_status=$rc; (exit $rc)' ERR
 finish() { exit "$device_status"; }
+
+# The time budget: every part's timeout is `$(left SECONDS)`, so the parts end BUDGET_S (default
+# 570 s, inside the device tool's 600 s) after the script started, in time for the last pack.
+end=$(( $(date +%s) + ${BUDGET_S:-570} ))
+left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
+  local r=$(( end - $(date +%s) ))
+  r=$(( r > $1 ? $1 : r )); echo $(( r < 1 ? 1 : r ))
+}

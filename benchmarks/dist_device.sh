@@ -21,11 +21,6 @@ ddp hf-compile"}
 out=/tmp/coda-dist
 REF=${REF:-$out}
 mkdir -p "$out"
-end=$(( $(date +%s) + ${BUDGET_S:-570} ))
-left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
-  local r=$(( end - $(date +%s) ))
-  r=$(( r > $1 ? $1 : r )); echo $(( r < 1 ? 1 : r ))
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 date -u > "$out/date-$NPROC.txt"
 pack() { tar -czf "${OUT:-/tmp/coda-dist}/dist-$NPROC.tar.gz" --exclude="*.pt" -C "$out" .; }  # not the dumps

@@ -17,11 +17,6 @@ PAIRS="${PAIRS:-specs/llama_block.yaml specs/grad/llama_block.yaml
 examples/tutorial/relu2_mlp.yaml specs/grad/relu2_mlp_tutorial.yaml}"
 out=/tmp/coda-grad
 mkdir -p "$out"
-end=$(( $(date +%s) + ${BUDGET_S:-570} ))
-left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
-  local r=$(( end - $(date +%s) ))
-  r=$(( r > $1 ? $1 : r )); echo $(( r < 1 ? 1 : r ))
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 date -u > "$out/date.txt"
 pack() { tar -czf "${OUT:-/tmp/coda-grad}/grad.tar.gz" -C "$out" .; }

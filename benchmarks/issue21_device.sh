@@ -21,11 +21,6 @@ source benchmarks/device_status.sh  # pipefail; a failed part fails the script
 source .device/setup.sh
 out=/tmp/coda-issue21/i21  # only the packed archive goes to $OUT (a call returns 8 files)
 mkdir -p "$out"
-end=$(( $(date +%s) + ${BUDGET_S:-570} ))  # every part stops in time for the last pack
-left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
-  local r=$(( end - $(date +%s) ))
-  r=$(( r > $1 ? $1 : r )); echo $(( r < 1 ? 1 : r ))
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 date -u > "$out/date-$PHASE.txt"
 llama="build/llama3_first-latest build/llama3_layer-latest build/llama3_last-latest"

@@ -38,11 +38,6 @@ BENCH_SPECS="$BENCH_SPECS build-bench/rope_half_host-latest"
 BENCH_SPECS="${BENCH_ONLY:-$BENCH_SPECS examples/tutorial/relu2_mlp.yaml} ${EXTRA_BENCH:-}"
 out=/tmp/coda-issue22/i22
 mkdir -p "$out"
-end=$(( $(date +%s) + ${BUDGET_S:-570} ))
-left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
-  local r=$(( end - $(date +%s) ))
-  r=$(( r > $1 ? $1 : r )); echo $(( r < 1 ? 1 : r ))
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 date -u > "$out/date-$PHASE.txt"
 pack() { tar -czf "${OUT:-/tmp/coda-issue22}/i22-$PHASE.tar.gz" -C "$out" .; }
