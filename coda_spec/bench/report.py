@@ -14,7 +14,8 @@ back from its JSON renders exactly as the run that wrote it.
   report them. ``!`` flags a direction where coda lost
   to its best baseline, ran above ``SOL_SLACK`` x SoL, or did not run. Candidate notes (a
   baseline that leaves outputs out, an ``equivalent_to`` fallback, a failure) become numbered
-  footnotes. The chain and dims head a group of lines so that a line fits about 120 columns.
+  footnotes. The chain and dims head a group of lines so that a line fits about 120 columns
+  (150 with the sustained ruler's four columns).
 * :func:`csv_text` / :func:`write_outputs` are for spreadsheets and scripts: one row per (case,
   candidate), one for the case's SoL and one per (case, kernel), every row self-contained.
   :func:`write_outputs` writes the CSV next to the JSON of :func:`model.dumps`, which stays the
@@ -246,7 +247,8 @@ def _kernel_row(case: Case, k: KernelTimed, run: BenchRun, notes: _Footnotes) ->
 
 
 def render_table(run: BenchRun, color: bool = False) -> str:
-    """The run as a fixed-width table (about 120 columns); ANSI colour only when ``color``."""
+    """The run as a fixed-width table (about 120 columns, 150 with the sustained ruler's); ANSI
+    colour only when ``color``."""
     names = _baseline_names(run)
     notes = _Footnotes()
     head = ["  dir", "coda ms", "p20-p80", "SoL ms", "SoL kind", "x_sol", "TFLOP/s", "GB/s"]

@@ -10,8 +10,9 @@ cap they spread from 599 to 685 TFLOP/s. So a candidate is timed the way the ste
 * **Warm-up, then calibration.** ``warmup`` untimed calls (module load, compile, autotuning; the
   first call's wall time is returned), then batches of 1, 2, 4, ... calls timed with CUDA events
   until one lasts ``CALIBRATE_MS``: the calls per millisecond the first stream is sized from.
-* **A stream per sample.** ``ceil(settle_s / t)`` untimed calls (the lead-in: the clock governor
-  and the board's power reading follow the new load), then ``n = ceil(sustain_s / t)`` calls
+* **A stream per sample.** ``ceil(settle_s / t)`` untimed calls (the lead-in, a fifth of the
+  stream and at most ``SETTLE_S``: the clock governor and the board's power reading follow the
+  new load), then ``n = ceil(sustain_s / t)`` calls
   between two CUDA events, back to back, no flush (a step does not flush either); the sample is
   the stream's time / ``n``. ``t`` is the time per call of the candidate's previous stream (the
   calibration for the first), so every stream after the first is sized at the rate it ran at;
@@ -410,9 +411,10 @@ def _batch(fn: Callable[[], object], clock: Clock, calls: int, lead: int = 0) ->
     return ms
 
 
-def calibrate(fn: Callable[[], object], clock: Clock, target_ms: float = CALIBRATE_MS) -> float:
-    """Milliseconds per call: batches of 1, 2, 4, ... calls until one lasts ``target_ms`` (or
-    holds ``MAX_CALLS``)."""
+def calibrate(fn: Callable[[], object], clock: Clock, target_ms: float | None = None) -> float:
+    """Milliseconds per call: batches of 1, 2, 4, ... calls until one lasts ``target_ms``
+    (default ``CALIBRATE_MS``) or holds ``MAX_CALLS``."""
+    target_ms = CALIBRATE_MS if target_ms is None else target_ms
     calls = 1
     while True:
         ms = _batch(fn, clock, calls)
@@ -449,17 +451,19 @@ def time_sustained(
     rounds: int,
     warmup: int = 2,
     sustain_s: float = SUSTAIN_S,
-    settle_s: float = SETTLE_S,
+    settle_s: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Stats], dict[str, str], dict[str, float]]:
     """The sustained ruler: every candidate timed in interleaved rounds, one stream of
-    ``sustain_s`` seconds of back-to-back calls per sample (the module docstring). Returns what
-    :func:`time_interleaved` does; each :class:`Stats` also holds the candidate's median SM
+    ``sustain_s`` seconds of back-to-back calls per sample (the module docstring), after a
+    lead-in of ``settle_s`` (default: a fifth of the stream, at most ``SETTLE_S``). Returns
+    what :func:`time_interleaved` does; each :class:`Stats` also holds the candidate's median SM
     clock, mean power and the calls its streams timed."""
     if rounds < 1:
         raise ValueError("rounds must be >= 1")
     if not sustain_s > 0:
         raise ValueError(f"sustain_s must be > 0 seconds, not {sustain_s!r}")
+    settle_s = min(SETTLE_S, sustain_s / 5) if settle_s is None else settle_s
     failed, first = _warm(candidates, warmup, lambda: clock.resolve([]))
     names = [n for n in candidates if n not in failed]
     per_call: dict[str, float] = {}
