@@ -90,7 +90,7 @@ from coda_spec.bench.command import (
     timing_targets,
 )
 from coda_spec.bench.model import joules
-from coda_spec.bench.timing import ISOLATED, SUSTAINED, CudaClock, NullSampler
+from coda_spec.bench.timing import ISOLATED, SUSTAINED, CudaClock, NullSampler, open_sampler
 from coda_spec.config import config_text
 from coda_spec.dims import dynamic_dim
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
@@ -377,7 +377,6 @@ def run_tune(
         if not torch.cuda.is_available():
             raise ToolError("coda tune needs a CUDA GPU (torch.cuda.is_available() is False)")
         from coda_spec.bench.driver import device_ids, device_info
-        from coda_spec.bench.timing import open_sampler
 
         clock = clock or CudaClock()
         if device is None:

@@ -233,6 +233,54 @@ def test_samplers_record_only_between_start_and_stop():
         assert len(samples) < 60  # not the samples from before start()
 
 
+class FakeNvml:
+    """The few pynvml calls the NVML sampler makes; ``instant``: the driver has the
+    instantaneous power field."""
+
+    NVML_SUCCESS, NVML_CLOCK_SM, NVML_FI_DEV_POWER_INSTANT = 0, 1, 186
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, instant: bool):
+        self.instant = instant
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        raise self.NVMLError("not found")  # the index is the fallback
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("gpu", i)
+
+    def nvmlDeviceGetFieldValues(self, handle, fields):
+        value = type("V", (), {"uiVal": 688000})()
+        return [type("F", (), {"nvmlReturn": 0 if self.instant else 3, "value": value})()]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 690500
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        assert which == self.NVML_CLOCK_SM
+        return 1485
+
+
+@pytest.mark.parametrize(
+    "instant, source, watts", [(True, "instant", 688.0), (False, "average", 690.5)]
+)
+def test_the_nvml_sampler_prefers_instantaneous_power(monkeypatch, instant, source, watts):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(instant))
+    sampler = T.nvml_sampler(0, "GPU-x")
+    try:
+        assert sampler.source.startswith(f"NVML (power {source}")
+        assert sampler._read() == (1485.0, watts)
+    finally:
+        sampler.close()
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: nvidia-smi is next
+    assert T.nvml_sampler() is None
+
+
 # -- the driver, end to end on the CPU -----------------------------------------------------------
 
 
