@@ -339,6 +339,11 @@ def order(names: list[str], round_index: int) -> list[str]:
     return names[k:] + names[:k]
 
 
+def _why(e: Exception) -> str:
+    """A failed candidate's note: the exception's type and first line."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 def _warm(
     candidates: dict[str, Callable[[], object]], warmup: int, sync: Callable[[], None]
 ) -> tuple[dict[str, str], dict[str, float]]:
@@ -355,7 +360,7 @@ def _warm(
                     first[name] = time.perf_counter() - t0
             sync()
         except Exception as e:  # noqa: BLE001 - a failing candidate is reported, not fatal
-            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            failed[name] = _why(e)
     return failed, first
 
 
@@ -471,7 +476,7 @@ def time_sustained(
         try:
             per_call[name] = calibrate(candidates[name], clock)
         except Exception as e:  # noqa: BLE001 - as in warm-up
-            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            failed[name] = _why(e)
     names = [n for n in names if n not in failed]
     samples: dict[str, list[float]] = {n: [] for n in names}
     seen: dict[str, list[Sample]] = {n: [] for n in names}
