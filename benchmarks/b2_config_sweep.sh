@@ -15,7 +15,7 @@ set -o pipefail
 source .device/setup.sh
 out=${OUT:-/tmp/coda-b2}
 mkdir -p "$out/sweep" "$out/ncu"
-timeout 330 python3 -m coda_spec.cli bench build/sweep/b2_dgrad_dswiglu-[0-9a-f]* \
+timeout 330 python3 -m coda_spec.cli bench --isolated build/sweep/b2_dgrad_dswiglu-[0-9a-f]* \
   --width 2048,4096,8192 --baselines compile,liger --rounds "${ROUNDS:-10}" \
   --out "$out/sweep" > "$out/sweep/bench.log" 2>&1
 echo "bench exit $?" >> "$out/sweep/bench.log"

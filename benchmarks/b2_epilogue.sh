@@ -12,7 +12,7 @@ root=${ROOT:-build/explore}
 out=${OUT:-/tmp/coda-b2e}
 mkdir -p "$out/tune" "$out/bench" "$out/ncu"
 b2=$(ls -d "$root"/b2_dgrad_dswiglu-[0-9a-f]* | head -1)
-timeout ${TUNE_S:-240} python3 -m coda_spec.cli tune "$b2" --width 2048,4096,8192 --m 16384 \
+timeout ${TUNE_S:-240} python3 -m coda_spec.cli tune --isolated "$b2" --width 2048,4096,8192 --m 16384 \
   --rounds "${ROUNDS:-30}" --out "$out/tune/h200.json" > "$out/tune/tune.log" 2>&1
 echo "tune exit $?" >> "$out/tune/tune.log"
 tail -45 "$out/tune/tune.log"
@@ -20,7 +20,7 @@ timeout ${VERIFY_S:-200} python3 -m coda_spec.cli verify "$b2" --seed 20261201 \
   > "$out/verify.log" 2>&1
 echo "verify exit $?" >> "$out/verify.log"
 grep -cE "PASS" "$out/verify.log"; grep -E "FAIL|exit" "$out/verify.log" | tail -8
-CODA_TUNED="$out/tune/h200.json" timeout ${BENCH_S:-150} python3 -m coda_spec.cli bench "$b2" \
+CODA_TUNED="$out/tune/h200.json" timeout ${BENCH_S:-150} python3 -m coda_spec.cli bench --isolated "$b2" \
   --width 2048,4096,8192 --baselines compile,liger --rounds 15 --out "$out/bench" \
   > "$out/bench/bench.log" 2>&1
 echo "bench exit $?" >> "$out/bench/bench.log"

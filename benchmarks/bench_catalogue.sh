@@ -19,7 +19,7 @@ source .device/setup.sh
 out=${OUT:-/tmp/coda-bench}/w$width
 mkdir -p "$out"
 # shellcheck disable=SC2086
-python3 -m coda_spec.cli bench ${SPECS:-specs/*.yaml} --width "$width" --m "$ms" \
+python3 -m coda_spec.cli bench --isolated ${SPECS:-specs/*.yaml} --width "$width" --m "$ms" \
   --rounds "${ROUNDS:-15}" --out "$out" "$@" 2>&1 | tee "$out/bench.log"
 echo "coda bench exit ${PIPESTATUS[0]}" | tee -a "$out/bench.log"
 tar -czf "${OUT:-/tmp/coda-bench}/bench-w$width.tar.gz" -C "$out" .

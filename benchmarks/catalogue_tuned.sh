@@ -22,7 +22,7 @@ case ${1:?usage: catalogue_tuned.sh tune | bench tuned|untuned WIDTHS [BASELINES
 tune)
   name=tune
   mkdir -p "$out/$name"
-  timeout ${TUNE_S:-330} python3 -m coda_spec.cli tune "${builds[@]}" --width 2048,4096,8192 \
+  timeout ${TUNE_S:-330} python3 -m coda_spec.cli tune --isolated "${builds[@]}" --width 2048,4096,8192 \
     --m 16384 --rounds "${TUNE_ROUNDS:-30}" --out "$out/$name/h200.json" \
     > "$out/$name/tune.log" 2>&1
   echo "tune exit $?" >> "$out/$name/tune.log"
@@ -36,7 +36,7 @@ bench)
   mkdir -p "$out/$name" "$out/empty-tune-dir"
   tuned=${TUNED_FILE:-tuned/h200.json}
   [ "$mode" = untuned ] && tuned=$out/empty-tune-dir
-  CODA_TUNED=$tuned timeout ${BENCH_S:-540} python3 -m coda_spec.cli bench "${builds[@]}" \
+  CODA_TUNED=$tuned timeout ${BENCH_S:-540} python3 -m coda_spec.cli bench --isolated "${builds[@]}" \
     --width "$widths" --m 16384 --rounds "${ROUNDS:-10}" --no-kernels \
     --baselines "${4:-eager,compile,liger}" --out "$out/$name" > "$out/$name/bench.log" 2>&1
   echo "bench exit $?" >> "$out/$name/bench.log"

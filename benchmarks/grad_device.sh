@@ -27,7 +27,7 @@ fi
 while read -r line <&3; do  # each line: the hand-written target, then derived ones
   [ -n "$line" ] || continue
   name=$(basename "${line##* }" .yaml)
-  timeout "$(left 240)" python3 -m coda_spec.cli bench $line --m 16384 \
+  timeout "$(left 240)" python3 -m coda_spec.cli bench --isolated $line --m 16384 \
     --baselines "${BASELINES:-none}" --out "$out/bench-$name" 2>&1 | tee "$out/bench-$name.log"
   pack
 done 3<<< "$PAIRS"  # fd 3: a command in the loop cannot eat the lines

@@ -33,9 +33,9 @@ step() {  # step SHAPE KIND MODES TIMEOUT
 pack() { tar -czf "${OUT:-/tmp/coda-issue21}/i21-$PHASE.tar.gz" -C "$out" .; }
 case "$PHASE" in
 tune)
-  timeout 150 python3 -m coda_spec.cli tune $llama --m 8192 --out "$out/h200.json" 2>&1 \
+  timeout 150 python3 -m coda_spec.cli tune --isolated $llama --m 8192 --out "$out/h200.json" 2>&1 \
     | tee "$out/tune-1b.log"
-  timeout 150 python3 -m coda_spec.cli tune $llama --m 8192 --dims D=4096,F=14336,HD=128 \
+  timeout 150 python3 -m coda_spec.cli tune --isolated $llama --m 8192 --dims D=4096,F=14336,HD=128 \
     --out "$out/h200.json" 2>&1 | tee "$out/tune-8b.log"
   ;;
 step1b)
@@ -56,7 +56,7 @@ shapes)
   step 1b-2x4096 fwdbwd hf-compile 120; pack
   step 1b-1x8192 fwdbwd coda,hf,liger 60; pack
   step 8b-layer4-2x4096 fwdbwd coda,hf,liger 60; pack
-  timeout "$(left 90)" python3 -m coda_spec.cli tune build-fresh/fresh*-latest --m 8192,16384 \
+  timeout "$(left 90)" python3 -m coda_spec.cli tune --isolated build-fresh/fresh*-latest --m 8192,16384 \
     --out "$out/fresh-h200.json" 2>&1 | tee "$out/tune-fresh.log"; pack
   for n in 2 8; do  # why coda-compile's first step is slow: does it grow with depth?
     TORCH_LOGS=recompiles timeout "$(left 90)" python3 benchmarks/llama_h200.py compile \

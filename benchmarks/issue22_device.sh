@@ -59,7 +59,7 @@ bench)
     timeout "$(left 120)" python3 examples/tutorial/train_relu2.py --build build/relu2_mlp-latest \
       --steps 200 --torch 2>&1 | tee "$out/train.log"; pack
   fi
-  timeout "$(left 420)" python3 -m coda_spec.cli bench $BENCH_SPECS --m 16384 \
+  timeout "$(left 420)" python3 -m coda_spec.cli bench --isolated $BENCH_SPECS --m 16384 \
     --baselines eager,compile --rounds 20 --out "$out/bench" 2>&1 | grep -v DEBUG \
     | tee "$out/bench.log"; pack
   ;;

@@ -28,7 +28,7 @@ case $part in
     echo "verify exit ${PIPESTATUS[0]}" | tee -a "$out/verify.log"
     ;;
   bench)
-    timeout ${BENCH_S:-420} python3 -m coda_spec.cli bench specs/b3_rope_bwd.yaml \
+    timeout ${BENCH_S:-420} python3 -m coda_spec.cli bench --isolated specs/b3_rope_bwd.yaml \
       specs/b4_ce_fwd_bwd.yaml specs/llama_block.yaml --width "${2:?width}" --m 16384 \
       --rounds "${ROUNDS:-15}" --baselines eager,compile --out "$out" 2>&1 | tee "$out/bench.log"
     echo "coda bench exit ${PIPESTATUS[0]}" | tee -a "$out/bench.log"

@@ -15,7 +15,7 @@ out=${OUT:-/tmp/coda-tune}
 mkdir -p "$out/tuned" "$out/bench"
 builds=(build/stage/*-[0-9a-f]*)
 if [ -n "${TUNE:-}" ]; then builds=(); for s in $TUNE; do builds+=(build/stage/$s-[0-9a-f]*); done; fi
-timeout ${TUNE_S:-200} python3 -m coda_spec.cli tune "${builds[@]}" --width 2048,4096,8192 \
+timeout ${TUNE_S:-200} python3 -m coda_spec.cli tune --isolated "${builds[@]}" --width 2048,4096,8192 \
   --m 16384 --rounds "${ROUNDS:-8}" --out "$out/tuned/h200.json" > "$out/tune.log" 2>&1
 echo "tune exit $?" >> "$out/tune.log"
 tail -40 "$out/tune.log"
@@ -27,7 +27,7 @@ echo "verify exit $?" >> "$out/verify.log"
 grep -E "FAIL|exit|variant|\[" "$out/verify.log" | tail -20
 bench=()
 for s in ${BENCH:-b2_dgrad_dswiglu rmsnorm_chain f3_norm_swiglu f1_residual_rmsnorm}; do bench+=(build/stage/$s-[0-9a-f]*); done
-CODA_TUNED="$out/tuned/h200.json" timeout ${BENCH_S:-150} python3 -m coda_spec.cli bench \
+CODA_TUNED="$out/tuned/h200.json" timeout ${BENCH_S:-150} python3 -m coda_spec.cli bench --isolated \
   "${bench[@]}" --width 2048,4096,8192 --baselines compile,liger --rounds 10 --no-kernels \
   --out "$out/bench" > "$out/bench.log" 2>&1
 echo "bench exit $?" >> "$out/bench.log"

@@ -55,7 +55,6 @@ from coda_spec.primitives import registry
 from coda_spec.schema import schema_json
 from coda_spec.source import MAX_BYTES, load_source, spec_files
 from coda_spec.tune import DEFAULT_MARGIN as TUNE_MARGIN
-from coda_spec.tune import DEFAULT_ROUNDS as TUNE_ROUNDS
 from coda_spec.versions import stack_versions
 
 
@@ -566,9 +565,22 @@ def _timing_options(f):
         click.option(
             "--rounds",
             type=click.IntRange(1),
-            default=20,
-            show_default=True,
-            help="Interleaved timing rounds (samples per candidate).",
+            default=None,
+            help="Interleaved timing rounds (samples per candidate) [default: 3; with "
+            "--isolated 20 for bench, 30 for tune].",
+        ),
+        click.option(
+            "--isolated",
+            is_flag=True,
+            help="The isolated ruler: one call per sample after an L2 flush, instead of "
+            "streams at the power cap (docs/benchmarks.md, 'Two rulers').",
+        ),
+        click.option(
+            "--sustain-s",
+            "sustain_s",
+            type=float,
+            default=None,
+            help="Seconds of back-to-back calls per sample (the sustained ruler) [default: 0.5].",
         ),
         click.option(
             "--warmup",
@@ -643,6 +655,8 @@ def bench(
     width_text,
     baselines,
     rounds,
+    isolated,
+    sustain_s,
     warmup,
     seed,
     no_kernels,
@@ -677,6 +691,8 @@ def bench(
             compare=Path(compare) if compare else None,
             plot=Path(plot) if plot else None,
             markdown=markdown,
+            ruler="isolated" if isolated else "sustained",
+            sustain_s=sustain_s,
         )
         return C.main(args, _load_chain, _has_gpu)
 
@@ -697,8 +713,6 @@ TUNE_HELP = f"""Time every variant of each multi-variant kernel on a CUDA GPU; r
 @main.command(
     short_help="Pick each kernel's fastest tile-config variant per shape.",
     help=TUNE_HELP,
-    # more rounds than bench's 20: picks within a few percent need them (docs/tuning.md)
-    context_settings={"default_map": {"rounds": TUNE_ROUNDS}},
 )
 @click.argument("targets", nargs=-1, required=True)
 @_timing_options
@@ -715,7 +729,20 @@ TUNE_HELP = f"""Time every variant of each multi-variant kernel on a CUDA GPU; r
     help="A variant replaces the fallback only if its median is this fraction below the "
     "fallback's (and its p80 below the fallback's median); 0 <= margin < 1.",
 )
-def tune(targets, m_text, dims, width_text, rounds, warmup, seed, out, builds, margin):
+def tune(
+    targets,
+    m_text,
+    dims,
+    width_text,
+    rounds,
+    isolated,
+    sustain_s,
+    warmup,
+    seed,
+    out,
+    builds,
+    margin,
+):
     _need_torch("coda tune", "on a GPU machine, the CUDA build you already use")
     from coda_spec import tune as T
     from coda_spec.bench import command as C
@@ -732,6 +759,8 @@ def tune(targets, m_text, dims, width_text, rounds, warmup, seed, out, builds, m
             out=Path(out) if out else None,
             builds=Path(builds),
             margin=margin,
+            ruler="isolated" if isolated else "sustained",
+            sustain_s=sustain_s,
         )
         return T.main(args, _load_chain, _has_gpu)
 

@@ -18,16 +18,28 @@ Method (the one ``coda bench`` uses, ``coda_spec.bench.timing``): per build, per
 ``--dims``, ``--width``, the bench rules), the chain runs once on drawn inputs to produce every
 tensor; then each kernel step with more than one variant is timed with the finalizes that fold
 its partials (:func:`timed_steps`; ``Chain.steps_fn`` of a chain forced to that variant,
-``Chain.with_variants``): every variant of that kernel in the same
-interleaved rounds (``--rounds``, default 30), an L2 flush before each sample, warm-up outside
-the timing. The pick (:func:`pick_winner`, the one place the rule lives): a variant other than the
+``Chain.with_variants``): every variant of that kernel in the same interleaved rounds, warm-up
+outside the timing, by one of two rulers:
+
+* **sustained** (the default): each sample a stream of ``--sustain-s`` (0.5) seconds of
+  back-to-back calls, as a training step runs its GEMMs: at the board's power cap, where the SM
+  clock a config holds depends on its tiles (DESIGN.md section 7: on the H200, 2026-12-03, 22
+  configs within 2% of each other in isolation spread from 599 to 685 TFLOP/s streamed, the
+  then-untuned 128x128 pingpong at 1410 MHz against 1515 for wide cooperative tiles). The pick
+  is by time per call: at the cap that already holds the clock a config costs, so a faster
+  variant is the one that spends fewer joules per call. The SM clock, board power and J/call of
+  every variant are recorded beside its time (``clock_mhz``, ``watts``, ``joules``); ``--rounds``
+  default 3;
+* **isolated** (``--isolated``): one call per sample after an L2 flush; ``--rounds`` default 30.
+
+The pick (:func:`pick_winner`, the one place the rule lives): a variant other than the
 fallback wins only if its median is at least ``--margin`` (default 3%) below the fallback's and its
 p80 is below the fallback's median; of those, the smallest median; none: the fallback stays. The
 fallback did not run: the smallest median. Kernels with one variant need no timing and get no
 entry.
 
 Tune file (JSON, ``FORMAT`` = 1; the values are rmsnorm_chain's out_proj as tuned on the H200,
-2026-12-01, benchmarks/results/h200-2026-12-01-tune/)::
+2026-12-01 with the isolated ruler, benchmarks/results/h200-2026-12-01-tune/)::
 
     {"format": 1,
      "builds": {
@@ -46,6 +58,9 @@ Tune file (JSON, ``FORMAT`` = 1; the values are rmsnorm_chain's out_proj as tune
 ``margin``, ``rounds`` and ``spread`` are optional: ``coda tune`` writes them since the margin
 rule (shown here at their defaults); older files, the 2026-12-01 one included, lack them and are
 read as before. A variant that could not run has ``null`` in ``candidates`` and ``spread``.
+Since the sustained ruler an entry also has ``"ruler"`` (``sustained`` or ``isolated``; absent:
+isolated) and, for the sustained ruler, ``"clock_mhz"``, ``"watts"`` and ``"joules"`` (J per
+call), each ``{"<config>": number or null}`` (null: not read, or the variant did not run).
 
 The runtime rule (``coda_spec.runtime``): for each kernel step, an entry applies when its
 ``dims`` equal the chain's static dims and its ``config`` names one of the step's variants; of
@@ -67,15 +82,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coda_spec.bench.command import build_dirs, command_line, options, timing_targets
-from coda_spec.bench.timing import CudaClock, time_interleaved
+from coda_spec.bench.command import (
+    build_dirs,
+    check_ruler,
+    command_line,
+    options,
+    timing_targets,
+)
+from coda_spec.bench.model import joules
+from coda_spec.bench.timing import ISOLATED, SUSTAINED, CudaClock, NullSampler, open_sampler
 from coda_spec.config import config_text
 from coda_spec.dims import dynamic_dim
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
 from coda_spec.tune_table import DEFAULT_DIR, FORMAT, check_margin, read_file, validate
 
 DEFAULT_MARGIN = 0.03  # a variant must beat the fallback's median by 3% (pick_winner)
-DEFAULT_ROUNDS = 30  # coda tune's --rounds
+DEFAULT_ROUNDS = 30  # coda tune --isolated's --rounds (the sustained ruler's: 3)
 
 
 # -- the pick ----------------------------------------------------------------------------------
@@ -173,7 +195,8 @@ class KernelTune:
     """One kernel step tuned at one shape. ``names``: its variants (config texts), fallback
     first; ``ms``: median of each variant timed; ``failed``: variant -> why it could not run;
     ``spread``: variant -> (p20, p80); ``margin``: the pick's (:func:`pick_winner`); ``rounds``:
-    samples per variant."""
+    samples per variant; ``ruler``: how they were timed; ``stats``: variant -> its
+    ``bench.model.Stats`` (the sustained ruler's clock and power in them)."""
 
     build: str  # the build directory's name, <name>-<hash>
     spec: str
@@ -187,6 +210,8 @@ class KernelTune:
     spread: dict = field(default_factory=dict)
     margin: float = DEFAULT_MARGIN
     rounds: int | None = None
+    ruler: str = ISOLATED
+    stats: dict = field(default_factory=dict)
 
     @property
     def pick(self) -> Pick:
@@ -214,6 +239,20 @@ class KernelTune:
             **({"rounds": self.rounds} if self.rounds else {}),
             "candidates": {n: self.ms.get(n) for n in self.names},
             "spread": {n: list(self.spread[n]) if n in self.spread else None for n in self.names},
+            "ruler": self.ruler,
+            **self.energy(),
+        }
+
+    def energy(self) -> dict:
+        """The sustained ruler's telemetry per variant: ``clock_mhz``, ``watts`` and ``joules``
+        (J per call: mean power x median time per call); {} for the isolated ruler."""
+        if self.ruler != SUSTAINED:
+            return {}
+        st = lambda n: self.stats.get(n)  # noqa: E731
+        return {
+            "clock_mhz": {n: getattr(st(n), "clock_mhz", None) for n in self.names},
+            "watts": {n: getattr(st(n), "watts", None) for n in self.names},
+            "joules": {n: joules(st(n)) for n in self.names},
         }
 
 
@@ -228,6 +267,8 @@ class TuneRun:
     configs: dict = field(default_factory=dict)  # build -> its candidate configs (texts)
     notes: tuple = ()
     margin: float = DEFAULT_MARGIN
+    ruler: str = ISOLATED
+    telemetry: str = ""  # what read clocks and power (sustained ruler; "" none)
 
 
 def variant_steps(chain) -> list:
@@ -245,11 +286,19 @@ def timed_steps(manifest, step) -> list:
 
 
 def tune_shape(
-    chain, checked, sizes: dict, opts, clock, progress, margin: float = DEFAULT_MARGIN
+    chain,
+    checked,
+    sizes: dict,
+    opts,
+    clock,
+    progress,
+    margin: float = DEFAULT_MARGIN,
+    sampler=None,
 ) -> list[KernelTune]:
     """Every multi-variant kernel of one chain at one shape, each timed alone per variant.
-    ``opts``: ``coda_spec.bench.driver.Options`` (seed, rounds, warmup, device are used);
-    ``margin``: the pick's (:func:`pick_winner`)."""
+    ``opts``: ``coda_spec.bench.driver.Options`` (seed, rounds, warmup, device, the ruler);
+    ``margin``: the pick's (:func:`pick_winner`); ``sampler``: the sustained ruler's telemetry
+    (None: none)."""
 
     from coda_spec.bench.driver import at_dims, draw
 
@@ -274,11 +323,10 @@ def tune_shape(
             for i, n in enumerate(names)
         }
         t0 = time.perf_counter()
-        stats, failed, _ = time_interleaved(
+        stats, failed, _ = opts.time(
             cands,
             clock,
-            opts.rounds,
-            opts.warmup,
+            sampler,
             progress=lambda msg, k=s.name, t0=t0: progress(
                 f"{k}: {msg} ({time.perf_counter() - t0:.1f} s)"
             ),
@@ -297,6 +345,8 @@ def tune_shape(
                 spread={n: (stats[n].p20_ms, stats[n].p80_ms) for n in names if n in stats},
                 margin=margin,
                 rounds=opts.rounds,
+                ruler=opts.ruler,
+                stats={n: stats[n] for n in names if n in stats},
             )
         )
     return out
@@ -310,10 +360,12 @@ def run_tune(
     clock=None,
     device=None,
     margin: float = DEFAULT_MARGIN,
+    sampler=None,
 ):
     """``targets``: (build directory, loaded chain) pairs. ``clock``/``device`` ((gpu name,
-    driver)): seams for tests; by default a ``CudaClock`` and this GPU (needs CUDA). ``margin``:
-    the pick's (:func:`pick_winner`)."""
+    driver))/``sampler``: seams for tests; by default a ``CudaClock``, this GPU (needs CUDA) and,
+    for the sustained ruler, the first telemetry source that works (``timing.open_sampler``).
+    ``margin``: the pick's (:func:`pick_winner`)."""
     from coda_spec.bench.driver import plan
 
     margin = check_margin(margin)
@@ -324,16 +376,29 @@ def run_tune(
 
         if not torch.cuda.is_available():
             raise ToolError("coda tune needs a CUDA GPU (torch.cuda.is_available() is False)")
-        from coda_spec.bench.driver import device_info
+        from coda_spec.bench.driver import device_ids, device_info
 
         clock = clock or CudaClock()
         if device is None:
             info = device_info(0.0, 0.0)
             device = (info.name, info.driver)
+        if sampler is None and opts.ruler == SUSTAINED:
+            sampler = open_sampler(*device_ids())
+    sampler = sampler or NullSampler()
+    try:
+        return _tune_jobs(jobs, opts, command, say, clock, device, margin, sampler)
+    finally:
+        sampler.close()
+
+
+def _tune_jobs(jobs, opts, command, say, clock, device, margin, sampler) -> TuneRun:
     gpu, driver = device
+    ruler = opts.ruler
+    if ruler == SUSTAINED:
+        ruler += f" ({opts.sustain_s:g} s streams; telemetry: {sampler.source or 'none'})"
     say(
         f"tuning on {gpu} (driver {driver or '?'}): {len(jobs)} shape(s), {opts.rounds} rounds, "
-        f"margin {margin * 100:g}%"
+        f"margin {margin * 100:g}%, ruler {ruler}"
     )
     results, notes, configs = [], [], {}
     for i, (chain, checked, sizes) in enumerate(jobs, 1):
@@ -344,7 +409,7 @@ def run_tune(
         say(label)
         try:
             got = tune_shape(
-                chain, checked, sizes, opts, clock, lambda msg: say(f"  {msg}"), margin
+                chain, checked, sizes, opts, clock, lambda msg: say(f"  {msg}"), margin, sampler
             )
         except (ToolError, RuntimeError, ValueError) as e:
             msg = f"{label}: skipped: {type(e).__name__}: {str(e).splitlines()[0]}"
@@ -367,6 +432,8 @@ def run_tune(
         configs=configs,
         notes=tuple(notes),
         margin=margin,
+        ruler=opts.ruler,
+        telemetry=sampler.source,
     )
 
 
@@ -442,6 +509,10 @@ def _shape(sizes: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in sizes.items())
 
 
+def _num(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def render_table(run: TuneRun) -> str:
     """Per build: a legend v0.. = its candidate configs (v0 the fallback), then one row per
     kernel and shape with each variant's median ms, the winner, its speedup over v0 and why it
@@ -450,6 +521,13 @@ def render_table(run: TuneRun) -> str:
         f"coda tune on {run.gpu} ({run.date}): median ms of {run.rounds} rounds; a variant "
         f"replaces v0 if its median is >= {run.margin * 100:g}% lower and its p80 < v0's median"
     ]
+    if run.ruler == SUSTAINED:
+        lines.append(
+            "ruler sustained: ms per call in streams at the power cap (telemetry: "
+            f"{run.telemetry or 'none'}); under each row, per variant: SM MHz / W / J per call"
+        )
+    else:
+        lines.append("ruler isolated: one call per sample after an L2 flush")
     by_build: dict = {}
     for r in run.results:
         by_build.setdefault(r.build, []).append(r)
@@ -482,6 +560,18 @@ def render_table(run: TuneRun) -> str:
                 + "".join(f"  {c}" for c in cells)
                 + f"  {win:<6}  {speed:>7}  {r.pick.text(r.margin, tag.get)}"
             )
+            energy = r.energy()
+            if any(v is not None for k in energy.values() for v in k.values()):
+                lines.append(
+                    f"  {'':<{kw}}  {'':<{sw}}  "
+                    + ", ".join(
+                        f"{tag[c]} {_num(energy['clock_mhz'].get(c), '.0f')} MHz "
+                        f"{_num(energy['watts'].get(c), '.0f')} W "
+                        f"{_num(energy['joules'].get(c), '.3f')} J"
+                        for c in configs
+                        if c in r.ms
+                    )
+                )
         for r in rows:
             for n, why in r.failed.items():
                 lines.append(f"  note: {r.kernel} {tag[n]} ({n}) failed: {why}")
@@ -501,15 +591,18 @@ class Args:
     ms: tuple = ()
     dims: dict = field(default_factory=dict)
     widths: tuple = ()
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int | None = None  # None: 3 (sustained), DEFAULT_ROUNDS (isolated)
     warmup: int = 2
     seed: int = 0
     out: Path | None = None  # default: tuned/<gpu-slug>.json
     builds: Path = Path("build")
     margin: float = DEFAULT_MARGIN  # pick_winner's
+    ruler: str = SUSTAINED  # or ISOLATED (--isolated)
+    sustain_s: float | None = None  # None: timing.SUSTAIN_S
 
     def __post_init__(self):
         check_margin(self.margin)  # a bad --margin is a bad argument (exit 2), GPU or not
+        check_ruler(self.ruler, self.sustain_s)
 
 
 def _echo(text: str, err: bool = False) -> None:
@@ -528,7 +621,7 @@ def main(args: Args, load_chain, has_gpu, run=None) -> int:
             err=True,
         )
         return EXIT_NO_GPU
-    opts = options(args, baselines=(), kernels=False)
+    opts = options(args, isolated_rounds=DEFAULT_ROUNDS, baselines=(), kernels=False)
     targets = timing_targets(directories, load_chain)
     result = (run or run_tune)(targets, opts, command_line("tune"), margin=args.margin)
     _echo(render_table(result))

@@ -23,6 +23,7 @@ DEFAULT_DIR = "tuned"  # ./tuned/*.json when $CODA_TUNED is not set
 # the benchmarked shapes, searched after the user's own files
 BUNDLED_DIR = Path(__file__).with_name("tuned")
 INLINE = "<tune table>"  # the "path" of a table passed as a dict
+RULERS = ("sustained", "isolated")  # an entry's "ruler" (coda_spec.bench.timing's names)
 
 
 def check_margin(margin) -> float:
@@ -111,6 +112,13 @@ def _entry(path, where: str, row) -> dict:
         ):
             raise _bad(path, f"{where}.spread must map config texts to [p20, p80] milliseconds")
         out["spread"] = {k: None if v is None else list(v) for k, v in spread.items()}
+    # optional since the sustained ruler (coda_spec.tune): how it was timed, and its telemetry
+    if "ruler" in row and row["ruler"] not in RULERS:
+        raise _bad(path, f"{where}.ruler must be one of {', '.join(RULERS)}")
+    for key in ("clock_mhz", "watts", "joules"):
+        got = row.get(key, {})
+        if not isinstance(got, dict) or not all(v is None or _num(v) for v in got.values()):
+            raise _bad(path, f"{where}.{key} must map config texts to numbers (or null)")
     return out
 
 

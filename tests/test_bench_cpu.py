@@ -228,7 +228,9 @@ def _bench(tmp_path, name, **kw):
     d, checked = make_build(tmp_path, name)
     chain = runtime.load(d)
     sizes = {**{k: v for k, v in checked.spec.dim_sizes().items() if v}, "M": 32}
-    opts = D.Options(ms=(32,), baselines=("eager",), rounds=3, warmup=1, device="cpu", **kw)
+    opts = D.Options(
+        ms=(32,), baselines=("eager",), rounds=3, warmup=1, device="cpu", ruler="isolated", **kw
+    )
     return D.bench_shape(
         chain, chain.checked(), sizes, opts, FakeClock(), 1000.0, {}, lambda msg: None
     )

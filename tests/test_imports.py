@@ -16,7 +16,16 @@ import ast
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "coda_spec"
-EXTERNAL = {"torch", "quack", "cutlass", "triton", "tvm_ffi", "matplotlib", "transformers"}
+EXTERNAL = {
+    "torch",
+    "quack",
+    "cutlass",
+    "triton",
+    "tvm_ffi",
+    "matplotlib",
+    "transformers",
+    "pynvml",
+}
 REASONS = {
     "torch": "the module it reaches imports torch, and its importer must not (coda check)",
     "compiler": "the module it reaches drives the compiler (coda build)",

@@ -401,7 +401,9 @@ def announced(monkeypatch, cpu):
 
 def _tune(d, clock, ms=(64,), rounds=3, margin=T.DEFAULT_MARGIN):
     chain = runtime.load(d, tuned=False)
-    opts = Options(ms=ms, baselines=(), rounds=rounds, warmup=1, device="cpu", kernels=False)
+    opts = Options(
+        ms=ms, baselines=(), rounds=rounds, warmup=1, device="cpu", kernels=False, ruler="isolated"
+    )
     said = []
     run = T.run_tune(
         [(d, chain)], opts, "coda tune x", said.append, clock, (GPU, "999.1"), margin=margin
@@ -633,7 +635,7 @@ def test_tune_command_writes_the_file(tmp_path, announced, monkeypatch):
 
     monkeypatch.setattr(T, "run_tune", run_tune)
     out = tmp_path / "new" / "dir" / "t.json"
-    argv = [str(d), "--m", "64", "--rounds", "2", "--warmup", "1", "--margin", "0.05"]
+    argv = [str(d), "--m", "64", "--rounds", "2", "--warmup", "1", "--margin", "0.05", "--isolated"]
     res = _cli([*argv, "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "winner  speedup  why" in res.output and f"wrote {out}" in res.output
@@ -644,20 +646,30 @@ def test_tune_command_writes_the_file(tmp_path, announced, monkeypatch):
     assert set(e["spread"]) == set(e["candidates"]) == {V0, V1, V2}
 
 
-def test_tune_defaults_30_rounds_and_a_3_percent_margin(tmp_path, monkeypatch, cpu):
+def test_tune_defaults_sustained_3_rounds_isolated_30_and_a_3_percent_margin(
+    tmp_path, monkeypatch, cpu
+):
+    """The sustained ruler is the default (3 rounds of 0.5-s streams); --isolated keeps the
+    old ruler and its 30 rounds; --rounds overrides either."""
     d, _ = variant_build(tmp_path)
     monkeypatch.setattr(cli, "_has_gpu", lambda: True)
-    seen = {}
+    seen = []
 
     def run_tune(targets, opts, command, margin):
-        seen.update(rounds=opts.rounds, margin=margin)
+        seen.append((opts.ruler, opts.rounds, opts.sustain_s, margin))
         return T.TuneRun(gpu=GPU, driver="", date="", command=command, rounds=opts.rounds)
 
     monkeypatch.setattr(T, "run_tune", run_tune)
-    res = _cli([str(d)])
-    assert res.exit_code == 0, res.output
-    assert seen == {"rounds": 30, "margin": 0.03} and T.DEFAULT_ROUNDS == 30
-    assert T.Args(targets=()).rounds == 30 and T.Args(targets=()).margin == 0.03
+    for argv in ([], ["--isolated"], ["--rounds", "5", "--sustain-s", "0.7"]):
+        res = _cli([str(d), *argv])
+        assert res.exit_code == 0, res.output
+    assert seen == [
+        ("sustained", 3, 0.5, 0.03),
+        ("isolated", 30, 0.5, 0.03),
+        ("sustained", 5, 0.7, 0.03),
+    ]
+    assert T.DEFAULT_ROUNDS == 30 and T.Args(targets=()).margin == 0.03
+    assert (T.Args(targets=()).ruler, T.Args(targets=()).rounds) == ("sustained", None)
 
 
 @pytest.mark.parametrize("value", ["1", "1.5", "-0.01", "nan"])

@@ -9,6 +9,12 @@ Two modes, chosen by the targets:
   (``--markdown``: the summary table docs/benchmarks.md shows). Several files (one device call
   per width) are merged into one run, written to ``--out`` when given.
 
+Timing has two rulers (``coda_spec.bench.timing``): ``sustained`` (the default; each sample a
+stream of ``--sustain-s`` seconds of back-to-back calls at the power cap, SM clock and board
+power sampled beside it; ``--rounds`` default 3) and ``isolated`` (``--isolated``: one call per
+sample after an L2 flush; ``--rounds`` default 20). ``coda tune`` shares them (its isolated
+default is 30 rounds).
+
 Either way ``--compare OLD.json`` prints the change from an earlier run and ``--plot`` draws one
 PNG per chain from a results file (matplotlib, Agg), so charts and comparisons work on a
 machine without a GPU: ``coda bench --plot results.json`` (PNGs beside it, or in ``--out``).
@@ -26,6 +32,7 @@ from pathlib import Path
 
 from coda_spec.bench import report
 from coda_spec.bench.model import loads, merge
+from coda_spec.bench.timing import ISOLATED, SUSTAIN_S, SUSTAINED, SUSTAINED_ROUNDS
 from coda_spec.builddir import resolve
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
 
@@ -37,7 +44,7 @@ class Args:
     dims: dict
     widths: tuple
     baselines: tuple
-    rounds: int
+    rounds: int | None  # None: the ruler's default (ruler_rounds)
     warmup: int
     seed: int
     kernels: bool
@@ -46,6 +53,37 @@ class Args:
     compare: Path | None
     plot: Path | None  # a results JSON to draw charts from
     markdown: bool = False  # the summary table for docs instead of the terminal table
+    ruler: str = SUSTAINED  # or ISOLATED (--isolated)
+    sustain_s: float | None = None  # None: SUSTAIN_S (sustained ruler only)
+
+    def __post_init__(self):
+        check_ruler(self.ruler, self.sustain_s)
+
+
+ISOLATED_ROUNDS = 20  # coda bench --isolated's --rounds
+
+
+def check_ruler(ruler: str, sustain_s: float | None) -> None:
+    """A bad ruler argument is a bad argument (exit 2), checked before any GPU is looked for."""
+    if ruler not in (SUSTAINED, ISOLATED):
+        raise ValueError(f"ruler {ruler!r}: expected {SUSTAINED!r} or {ISOLATED!r}")
+    if sustain_s is None:
+        return
+    if ruler == ISOLATED:
+        raise ValueError(
+            "--sustain-s sets the sustained ruler's stream length; --isolated times one call "
+            "per sample: give one of them"
+        )
+    if not sustain_s > 0:
+        raise ValueError(f"--sustain-s {sustain_s!r}: must be a positive number of seconds")
+
+
+def ruler_rounds(args, isolated: int) -> int:
+    """``--rounds``, or the ruler's default: SUSTAINED_ROUNDS, or ``isolated`` (20 for bench,
+    30 for tune)."""
+    if args.rounds:
+        return args.rounds
+    return SUSTAINED_ROUNDS if args.ruler == SUSTAINED else isolated
 
 
 def parse_ints(text: str | None, what: str) -> tuple:
@@ -80,7 +118,7 @@ def timing_targets(directories, load_chain) -> list:
     return [(d, load_chain(d)) for d in directories]
 
 
-def options(args, **extra):
+def options(args, isolated_rounds: int = ISOLATED_ROUNDS, **extra):
     """``driver.Options`` from the shape and timing arguments bench and tune share."""
     from coda_spec.bench.driver import DEFAULT_M, Options
 
@@ -88,9 +126,11 @@ def options(args, **extra):
         ms=args.ms or DEFAULT_M,
         dims=args.dims,
         widths=args.widths,
-        rounds=args.rounds,
+        rounds=ruler_rounds(args, isolated_rounds),
         warmup=args.warmup,
         seed=args.seed,
+        ruler=args.ruler,
+        sustain_s=args.sustain_s or SUSTAIN_S,
         **extra,
     )
 

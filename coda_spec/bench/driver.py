@@ -24,10 +24,13 @@ Per chain and per shape (``--m`` for the dynamic dim, ``--dims`` / ``--width`` f
    coda's (relative error, reported in the case notes): a baseline that computes something else
    is not a baseline; nor is a coda kernel run at dims it cannot take.
 5. **Timing** (``coda_spec.bench.timing``): warm-up, then interleaved rounds of every candidate
-   of the shape, each sample after an L2 flush.
+   of the shape, by the run's ruler: ``sustained`` (the default; each sample a stream of
+   ``sustain_s`` seconds of back-to-back calls at the power cap, with the SM clock and board
+   power sampled) or ``isolated`` (each sample one call after an L2 flush).
 
-The device's peaks are measured once per run (a large bf16 ``torch.mm``, a large copy) and
-recorded with the results; SoL for steps without a GEMM uses the measured copy bandwidth.
+The device's peaks are measured once per run (a large bf16 ``torch.mm``, a large copy), by the
+run's ruler, and recorded with the results (so percent of peak compares like with like: at the
+cap against the mm at the cap); SoL for steps without a GEMM uses the measured copy bandwidth.
 """
 
 from __future__ import annotations
@@ -46,7 +49,18 @@ import torch
 from coda_spec.bench import baselines as B
 from coda_spec.bench import roofline as R
 from coda_spec.bench.model import CODA, BenchRun, Case, Device, KernelTimed, Stats, Timed
-from coda_spec.bench.timing import Clock, CudaClock, time_interleaved
+from coda_spec.bench.timing import (
+    ISOLATED,
+    SUSTAIN_S,
+    SUSTAINED,
+    SUSTAINED_ROUNDS,
+    Clock,
+    CudaClock,
+    NullSampler,
+    Sampler,
+    open_sampler,
+    time_with,
+)
 from coda_spec.dims import dynamic_dim
 from coda_spec.dtypes import DTYPES
 from coda_spec.errors import ToolError
@@ -74,11 +88,34 @@ class Options:
     dims: dict = field(default_factory=dict)  # explicit static dims (--dims)
     widths: tuple = ()  # catalogue width rule (--width); () = the build's own dims
     baselines: tuple = BASELINE_NAMES
-    rounds: int = 20
+    rounds: int = SUSTAINED_ROUNDS
     warmup: int = 2
     seed: int = 0
     kernels: bool = True  # also time each coda kernel alone
     device: str = "cuda"  # where inputs are drawn (CPU tests run the driver on a fake chain)
+    ruler: str = SUSTAINED  # or ISOLATED (coda_spec.bench.timing)
+    sustain_s: float = SUSTAIN_S  # seconds per stream (sustained ruler)
+
+    def __post_init__(self):
+        if self.ruler not in (SUSTAINED, ISOLATED):
+            raise ValueError(f"ruler {self.ruler!r}: expected {SUSTAINED!r} or {ISOLATED!r}")
+        if not (isinstance(self.sustain_s, (int, float)) and self.sustain_s > 0):
+            raise ValueError(
+                f"--sustain-s {self.sustain_s!r}: must be a positive number of seconds"
+            )
+
+    def time(self, candidates: dict, clock: Clock, sampler: Sampler | None, progress=None):
+        """The candidates timed by this ruler (``timing.time_with``)."""
+        return time_with(
+            self.ruler,
+            candidates,
+            clock,
+            sampler,
+            self.rounds,
+            self.warmup,
+            self.sustain_s,
+            progress,
+        )
 
 
 # -- dims ----------------------------------------------------------------------------------------
@@ -162,16 +199,21 @@ def device_info(peak_tflops: float, copy_gbps: float) -> Device:
     )
 
 
-def measure_peaks(clock: Clock, rounds: int = 10) -> tuple[float, float, dict]:
-    """(bf16 mm TFLOP/s, copy GB/s) measured here: an 8192^3 torch.mm, a 1 GiB copy."""
+def measure_peaks(
+    clock: Clock, rounds: int = 10, opts: Options | None = None, sampler: Sampler | None = None
+) -> tuple[float, float, dict]:
+    """(bf16 mm TFLOP/s, copy GB/s) measured here: an 8192^3 torch.mm, a 1 GiB copy; by
+    ``opts``' ruler (isolated by default; sustained: 2 rounds of streams)."""
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     src = torch.randn(256 * 1024 * 1024, device="cuda", dtype=torch.float32)
     dst = torch.empty_like(src)
-    stats, _, _ = time_interleaved(
-        {"mm": lambda: torch.mm(a, b), "copy": lambda: dst.copy_(src)}, clock, rounds, warmup=3
-    )
+    ruler = Options(ruler=ISOLATED, rounds=rounds, warmup=3)
+    if opts is not None and opts.ruler == SUSTAINED:
+        ruler = Options(rounds=2, warmup=3, sustain_s=opts.sustain_s)
+    cands = {"mm": lambda: torch.mm(a, b), "copy": lambda: dst.copy_(src)}
+    stats, _, _ = ruler.time(cands, clock, sampler)
     tflops = 2 * n**3 / stats["mm"].median_ms / 1e9
     gbps = 2 * src.numel() * src.element_size() / stats["copy"].median_ms / 1e6
     return tflops, gbps, stats
@@ -419,9 +461,10 @@ def bench_shape(
     copy_gbps: float,
     compiled: dict,
     progress: Callable[[str], None],
+    sampler: Sampler | None = None,
 ) -> list[Case]:
-    """Every candidate of one chain at one shape, timed in the same rounds; one Case per
-    direction."""
+    """Every candidate of one chain at one shape, timed in the same rounds by ``opts``' ruler
+    (``sampler``: the sustained ruler's telemetry; None: none); one Case per direction."""
     chain, checked = at_dims(chain, checked, sizes)
     m = chain.manifest
     low, inputs, grads = draw(chain, checked, sizes, opts)
@@ -440,11 +483,10 @@ def bench_shape(
         if grads:
             notes["bwd"] = _agreement_bwd(checked, env, bases["eager"], low, fresh(grads))
     t0 = time.perf_counter()
-    stats, failed, first = time_interleaved(
+    stats, failed, first = opts.time(
         cands,
         clock,
-        opts.rounds,
-        opts.warmup,
+        sampler,
         progress=lambda msg: progress(f"{msg} ({time.perf_counter() - t0:.1f} s)"),
     )
     timing = (stats, failed, first, cands, why, complete)
@@ -480,12 +522,31 @@ def run_bench(
     if not torch.cuda.is_available():
         raise ToolError("coda bench needs a CUDA GPU (torch.cuda.is_available() is False)")
     clock = CudaClock()
+    sampler = open_sampler(*device_ids()) if opts.ruler == SUSTAINED else NullSampler()
+    try:
+        return _run_bench(jobs, opts, command, say, clock, sampler)
+    finally:
+        sampler.close()
+
+
+def device_ids() -> tuple[int, str]:
+    """(index, ``GPU-<uuid>``) of the current device, for the telemetry source."""
+    index = torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    text = str(uuid) if uuid is not None else ""
+    return index, (text if not text or text.startswith("GPU-") else f"GPU-{text}")
+
+
+def _run_bench(jobs, opts: Options, command: str, say, clock: Clock, sampler: Sampler) -> BenchRun:
     # torch.compile: dims we mark dynamic (M) are dynamic; any other change (a new width)
     # compiles a new static graph rather than turning D dynamic behind our back
     torch._dynamo.config.automatic_dynamic_shapes = False
     torch._dynamo.config.cache_size_limit = 64
-    say("measuring device peaks (bf16 mm 8192^3, 1 GiB copy)")
-    tflops, gbps, _ = measure_peaks(clock)
+    ruler = opts.ruler
+    if ruler == SUSTAINED:
+        ruler += f" ({opts.sustain_s:g} s streams; telemetry: {sampler.source or 'none'})"
+    say(f"measuring device peaks (bf16 mm 8192^3, 1 GiB copy), ruler {ruler}")
+    tflops, gbps, _ = measure_peaks(clock, opts=opts, sampler=sampler)
     device = device_info(tflops, gbps)
     say(
         f"{device.name} ({device.capability}, driver {device.driver}): "
@@ -507,6 +568,7 @@ def run_bench(
                 gbps,
                 compiled,
                 lambda msg, label=label: say(f"  {label}: {msg}"),
+                sampler,
             )
         except (ToolError, RuntimeError, ValueError) as e:
             msg = f"{label}: skipped: {type(e).__name__}: {str(e).splitlines()[0]}"
@@ -519,5 +581,9 @@ def run_bench(
         device=device,
         rounds=opts.rounds,
         cases=tuple(cases),
+        flush="none" if opts.ruler == SUSTAINED else "l2",
         notes=tuple(notes),
+        ruler=opts.ruler,
+        sustain_s=opts.sustain_s if opts.ruler == SUSTAINED else 0.0,
+        telemetry=sampler.source,
     )

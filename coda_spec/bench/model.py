@@ -4,7 +4,8 @@ A run is a list of :class:`Case`: one chain at one set of dims in one direction 
 a spec with a ``backward:`` section also ``bwd`` and ``fwd+bwd``). A case holds every candidate
 timed in it (coda first, then the baselines) and each coda kernel alone next to its own GEMM.
 
-Derived figures (TFLOP/s, GB/s, percent of the measured peaks, coda / SoL, speedups) are never
+Derived figures (TFLOP/s, GB/s, percent of the measured peaks, coda / SoL, speedups, joules per
+call) are never
 stored on the values: :func:`derived` computes them from the measured times, the case's work
 (``flops``, ``bytes``) and the device's measured peaks, so JSON written by one version and read
 by another cannot disagree with itself. ``to_json`` writes them next to the measurements for
@@ -28,12 +29,20 @@ BASELINES = ("eager", "compile", "liger")  # every baseline name a run may hold,
 
 @dataclass(frozen=True)
 class Stats:
-    """Summary of one candidate's samples (ms): median with the 20th and 80th percentiles."""
+    """Summary of one candidate's samples (ms): median with the 20th and 80th percentiles.
+
+    The sustained ruler (``coda_spec.bench.timing``) adds what the board reported while the
+    candidate's streams ran: the median SM clock (MHz) and the mean board power (W), None where
+    no source reads them, and ``calls``, the calls its streams timed (every round together; 0
+    for the isolated ruler). Energy per call is derived (:func:`derived`), not stored."""
 
     median_ms: float
     p20_ms: float
     p80_ms: float
     n: int
+    clock_mhz: float | None = None
+    watts: float | None = None
+    calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,12 @@ class BenchRun:
     flush: str = "l2"  # how warm caches are defeated: "l2" (a 256 MiB write before each sample)
     notes: tuple = ()
     format: int = FORMAT
+    # "sustained": each sample a stream of sustain_s seconds at the power cap, no flush (flush
+    # "none"); "isolated": one call per sample after an L2 flush (runs before the sustained
+    # ruler are read as isolated). telemetry: what read the clocks and power ("" none).
+    ruler: str = "isolated"
+    sustain_s: float = 0.0
+    telemetry: str = ""
 
 
 def dims_text(dims: dict) -> str:
@@ -122,7 +137,8 @@ def dims_text(dims: dict) -> str:
 
 # -- derived figures ---------------------------------------------------------------------------
 def derived(case: Case, device: Device, stats: Stats | None) -> dict:
-    """Figures for one timing of ``case``'s work (a candidate, or the SoL)."""
+    """Figures for one timing of ``case``'s work (a candidate, or the SoL). ``j_per_call``:
+    mean board power x median time per call, where the ruler read the power."""
     if stats is None or not stats.median_ms > 0:
         return {}
     ms = stats.median_ms
@@ -130,6 +146,7 @@ def derived(case: Case, device: Device, stats: Stats | None) -> dict:
         "tflops": case.flops / ms / 1e9 if case.flops else None,
         "gbps": case.bytes / ms / 1e6 if case.bytes else None,
         "x_sol": ms / case.sol_ms if case.sol_ms else None,
+        "j_per_call": joules(stats),
     }
     out["pct_peak_flops"] = (
         100 * out["tflops"] / device.peak_tflops if out["tflops"] and device.peak_tflops else None
@@ -138,6 +155,13 @@ def derived(case: Case, device: Device, stats: Stats | None) -> dict:
         100 * out["gbps"] / device.copy_gbps if out["gbps"] and device.copy_gbps else None
     )
     return out
+
+
+def joules(stats: Stats | None) -> float | None:
+    """Energy per call (J): mean power (W) x median time per call; None without a power reading."""
+    if stats is None or stats.watts is None or not stats.median_ms > 0:
+        return None
+    return stats.watts * stats.median_ms / 1000.0
 
 
 def kernel_case(case: Case, k: KernelTimed) -> Case:
@@ -263,6 +287,9 @@ def from_json(data: dict) -> BenchRun:
         cases=tuple(cases),
         flush=data.get("flush", "l2"),
         notes=tuple(data.get("notes", ())),
+        ruler=data.get("ruler", "isolated"),
+        sustain_s=data.get("sustain_s", 0.0),
+        telemetry=data.get("telemetry", ""),
     )
 
 
@@ -274,7 +301,7 @@ def merge(runs: list[BenchRun]) -> BenchRun:
     """Several runs of one device as one (e.g. one device call per width): the cases in order,
     the first run's date and device, every command and note. Each run measured the peaks
     again; the merged run keeps the highest (so its percent of peak is never flattering).
-    Refuses runs of other devices."""
+    Refuses runs of other devices, and runs of two rulers (their times are not comparable)."""
     if not runs:
         raise ValueError("nothing to merge")
     first = runs[0]
@@ -283,6 +310,9 @@ def merge(runs: list[BenchRun]) -> BenchRun:
         raise ValueError(
             f"cannot merge runs of different devices ({first.device.name!r} and {other[0]!r})"
         )
+    rulers = sorted({r.ruler for r in runs})
+    if len(rulers) > 1:
+        raise ValueError(f"cannot merge runs of different rulers ({' and '.join(rulers)})")
     return BenchRun(
         date=first.date,
         command=" ; ".join(r.command for r in runs),
@@ -297,4 +327,7 @@ def merge(runs: list[BenchRun]) -> BenchRun:
         cases=tuple(c for r in runs for c in r.cases),
         flush=first.flush,
         notes=tuple(n for r in runs for n in r.notes),
+        ruler=first.ruler,
+        sustain_s=first.sustain_s,
+        telemetry=first.telemetry,
     )

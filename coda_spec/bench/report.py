@@ -8,17 +8,22 @@ back from its JSON renders exactly as the run that wrote it.
   median with p20-p80, the speed of light (SoL) and its kind, coda / SoL (``x_sol``), TFLOP/s,
   GB/s, percent of peak (FLOP/s for chains with GEMMs, copy bandwidth for memory chains) and
   coda's speedup over each baseline (baseline ms / coda ms). Under each direction, one line per
-  coda kernel timed alone next to its own cuBLAS GEMM. ``!`` flags a direction where coda lost
+  coda kernel timed alone next to its own cuBLAS GEMM. A run of the sustained ruler adds four
+  columns: the median SM clock (MHz) coda's streams held, the clock its cuBLAS SoL held (SoL
+  MHz), the mean board power (W) and the energy per call (J/call); ``-`` where the board did not
+  report them. ``!`` flags a direction where coda lost
   to its best baseline, ran above ``SOL_SLACK`` x SoL, or did not run. Candidate notes (a
   baseline that leaves outputs out, an ``equivalent_to`` fallback, a failure) become numbered
-  footnotes. The chain and dims head a group of lines so that a line fits about 120 columns.
+  footnotes. The chain and dims head a group of lines so that a line fits about 120 columns
+  (150 with the sustained ruler's four columns).
 * :func:`csv_text` / :func:`write_outputs` are for spreadsheets and scripts: one row per (case,
   candidate), one for the case's SoL and one per (case, kernel), every row self-contained.
   :func:`write_outputs` writes the CSV next to the JSON of :func:`model.dumps`, which stays the
   one file other tools read.
 * :func:`render_compare` is for "did this change make it faster": two runs matched by
   :attr:`Case.key`, old ms -> new ms and the change in percent (negative = faster).
-* :func:`plot` draws one PNG per chain (matplotlib, Agg, imported only there).
+* :func:`plot` draws one PNG per chain (matplotlib, Agg, imported only there); in a run of the
+  sustained ruler each bar is labelled with the SM clock (MHz) its streams held.
 
 No figure of a run is computed here: TFLOP/s, GB/s, percent of peak and ``x_sol`` come from
 :func:`model.derived`, speedups from :func:`model.speedups`, the baseline coda must beat from
@@ -47,6 +52,7 @@ from coda_spec.bench.model import (
     dims_text,
     dumps,
     flagged,
+    joules,
     kernel_case,
     pct_peak,
     speedups,
@@ -70,8 +76,13 @@ CSV_FIELDS = (
     "pct_peak_bw",
     "x_sol",
     "speedup_vs",
+    "clock_mhz",
+    "watts",
+    "j_per_call",
+    "calls",
     "note",
 )
+SUSTAINED = "sustained"  # BenchRun.ruler of a run with clocks and power (coda_spec.bench.timing)
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -157,14 +168,31 @@ def _header(run: BenchRun) -> list[str]:
     what += [f"{d.sms} SMs"] if d.sms else []
     peak = _fmt(d.peak_tflops or None, ".1f", " TFLOP/s (bf16 mm)")
     copy = _fmt(d.copy_gbps or None, ".0f", " GB/s (copy)")
+    ruler = f"sustained {run.sustain_s:g} s streams" if _sustained(run) else run.ruler
     lines = [
         f"coda bench  {run.date}  {d.name}" + (f" ({', '.join(what)})" if what else ""),
         f"driver {d.driver or '-'}  torch {d.torch or '-'}  CUDA {d.cuda or '-'}",
-        f"peaks {peak}, {copy}  rounds {run.rounds}  flush {run.flush}",
+        f"peaks {peak}, {copy}  rounds {run.rounds}  flush {run.flush}  ruler {ruler}",
     ]
+    if _sustained(run):
+        lines.append(f"telemetry: {run.telemetry or 'none (clocks and power not read)'}")
     if run.command:
         lines.append(f"command: {run.command}")
     return lines + [f"note: {n}" for n in run.notes]
+
+
+def _sustained(run: BenchRun) -> bool:
+    return run.ruler == SUSTAINED
+
+
+def _energy_cells(stats: Stats | None, sol: Stats | None) -> list[str]:
+    """MHz, SoL MHz, W, J/call (the sustained ruler's columns)."""
+    return [
+        _fmt(stats.clock_mhz if stats else None, ".0f"),
+        _fmt(sol.clock_mhz if sol else None, ".0f"),
+        _fmt(stats.watts if stats else None, ".0f"),
+        _fmt(joules(stats), ".3g"),
+    ]
 
 
 def _case_row(case: Case, run: BenchRun, names: list[str], notes: _Footnotes) -> list:
@@ -188,6 +216,8 @@ def _case_row(case: Case, run: BenchRun, names: list[str], notes: _Footnotes) ->
         _fmt(fig.get("gbps"), ".0f"),
         _fmt(pct, ".1f", "%"),
     ]
+    if _sustained(run):
+        row += _energy_cells(stats, case.sol)
     up = speedups(case)
     for name in names:
         cand = case.candidate(name)
@@ -201,6 +231,7 @@ def _kernel_row(case: Case, k: KernelTimed, run: BenchRun, notes: _Footnotes) ->
     kcase = kernel_case(case, k)
     fig = derived(kcase, run.device, k.coda)
     pct = pct_peak(kcase, fig)
+    energy = _energy_cells(k.coda, k.sol) if _sustained(run) else []
     return [
         f"    {k.name}" + notes.mark(f"{k.name}: {k.note}" if k.note else ""),
         _ms(k.coda.median_ms) if k.coda else "failed",
@@ -211,22 +242,25 @@ def _kernel_row(case: Case, k: KernelTimed, run: BenchRun, notes: _Footnotes) ->
         _fmt(fig.get("tflops"), ".1f"),
         _fmt(fig.get("gbps"), ".0f"),
         _fmt(pct, ".1f", "%"),
+        *energy,
     ]
 
 
 def render_table(run: BenchRun, color: bool = False) -> str:
-    """The run as a fixed-width table (about 120 columns); ANSI colour only when ``color``."""
+    """The run as a fixed-width table (about 120 columns, 150 with the sustained ruler's); ANSI
+    colour only when ``color``."""
     names = _baseline_names(run)
     notes = _Footnotes()
     head = ["  dir", "coda ms", "p20-p80", "SoL ms", "SoL kind", "x_sol", "TFLOP/s", "GB/s"]
-    rows: list = [[(h, "bold") for h in [*head, "%peak", *names]]]
+    energy = ENERGY_COLUMNS if _sustained(run) else []
+    rows: list = [[(h, "bold") for h in [*head, "%peak", *energy, *names]]]
     for (chain, _, config), cases in _groups(run.cases).items():
         head = f"{chain}  {_dims(cases[0].dims)}" + (f"  [{config}]" if config else "")
         rows.append(_paint(head, "bold", color))
         for case in cases:
             rows.append(_case_row(case, run, names, notes))
             rows += [_kernel_row(case, k, run, notes) for k in case.kernels]
-    right = (False, True, True, True, False, *[True] * (4 + len(names)))
+    right = (False, True, True, True, False, *[True] * (4 + len(energy) + len(names)))
     lines = _header(run) + [""] + _grid(rows, right, color)
     if not run.cases:
         lines.append("(no cases)")
@@ -237,9 +271,18 @@ def render_table(run: BenchRun, color: bool = False) -> str:
         "%peak: of the measured TFLOP/s for chains with GEMMs, of the copy GB/s for memory chains.",
         f"! coda lost to its best baseline, ran above {SOL_SLACK:.2f}x SoL, or did not run.",
     ]
+    if _sustained(run):
+        lines.insert(
+            -1,
+            "MHz / SoL MHz: median SM clock of coda's / the cuBLAS SoL's streams; W: mean board "
+            "power; J/call = W x ms.",
+        )
     if notes.texts:
         lines += ["", "notes:", *notes.lines()]
     return "\n".join(lines) + "\n"
+
+
+ENERGY_COLUMNS = ["MHz", "SoL MHz", "W", "J/call"]
 
 
 # -- CSV -------------------------------------------------------------------------------------
@@ -254,9 +297,9 @@ def _csv_row(case: Case, candidate: str, stats: Stats | None, fig: dict, **extra
     }
     if stats is not None:
         row.update(median_ms=stats.median_ms, p20_ms=stats.p20_ms, p80_ms=stats.p80_ms, n=stats.n)
-    row.update(
-        {k: fig.get(k) for k in ("tflops", "gbps", "pct_peak_flops", "pct_peak_bw", "x_sol")}
-    )
+        row.update(clock_mhz=stats.clock_mhz, watts=stats.watts, calls=stats.calls or None)
+    keys = ("tflops", "gbps", "pct_peak_flops", "pct_peak_bw", "x_sol", "j_per_call")
+    row.update({k: fig.get(k) for k in keys})
     row.update(extra)
     return row
 
@@ -317,15 +360,22 @@ def render_compare(old: BenchRun, new: BenchRun) -> str:
     """Cases matched by :attr:`Case.key`: old ms -> new ms and the change (negative = faster)."""
     lines = [
         "coda bench compare",
-        f"  old: {old.date}  {old.device.name}  rounds {old.rounds}  flush {old.flush}",
-        f"  new: {new.date}  {new.device.name}  rounds {new.rounds}  flush {new.flush}",
+        f"  old: {old.date}  {old.device.name}  rounds {old.rounds}  flush {old.flush}"
+        f"  ruler {old.ruler}",
+        f"  new: {new.date}  {new.device.name}  rounds {new.rounds}  flush {new.flush}"
+        f"  ruler {new.ruler}",
     ]
     if old.device.name != new.device.name:
         lines.append(
             f"warning: the runs are on different devices ({old.device.name!r} vs "
             f"{new.device.name!r}); their times are not comparable"
         )
-    if old.flush != new.flush:
+    if old.ruler != new.ruler:
+        lines.append(
+            f"warning: the runs time by different rulers ({old.ruler} vs {new.ruler}); a change "
+            "between them is the ruler's as much as the code's"
+        )
+    elif old.flush != new.flush:
         lines.append(f"warning: the runs defeat caches differently ({old.flush} vs {new.flush})")
     before = {c.key: c for c in old.cases}
     matched = [c for c in new.cases if c.key in before]
@@ -449,6 +499,8 @@ def _draw_chain(fig, run: BenchRun, chain: str, panels: list) -> None:
                 err = [[s.median_ms - s.p20_ms], [s.p80_ms - s.median_ms]]
                 color = f"C{every.index(name)}"
                 handles[name] = ax.bar(x, s.median_ms, width, yerr=err, capsize=3, color=color)
+                if s.clock_mhz is not None:  # the sustained ruler: the clock the streams held
+                    ax.text(x, s.p80_ms, f"{s.clock_mhz:.0f}", ha="center", va="bottom", fontsize=6)
             if case.sol_ms:
                 line = ax.hlines(case.sol_ms, i - 0.45, i + 0.45, colors="black", linestyles="--")
                 handles[f"SoL ({case.sol_kind})"] = line
@@ -458,4 +510,4 @@ def _draw_chain(fig, run: BenchRun, chain: str, panels: list) -> None:
         ax.set_ylabel("median ms (p20-p80)")
         ax.set_ylim(bottom=0)
     axes[0].legend(list(handles.values()), list(handles), fontsize=8, loc="upper left")
-    fig.suptitle(f"{chain} - {run.device.name} - {run.date}")
+    fig.suptitle(f"{chain} - {run.device.name} - {run.date} - {run.ruler} ruler")
