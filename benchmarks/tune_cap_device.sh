@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 32, item 2 on the lent H200: re-tune the llama3 model builds at the power cap. `coda tune`
+# with the sustained ruler (its default: each sample a 0.5-s stream of back-to-back calls at the
+# cap) over every candidate the specs list (eight: the untuned pick, pingpong 128x192 epi=16,
+# cooperative 128x256 at clusters 1x1, 2x1 cstages=2, 1x2, 2x2, cooperative 256x128 at 1x1, 2x1),
+# at the 1B dims and the 8B-like ones (hidden 4096, MLP 14336, 32/8 heads of 128), M = 8192 then
+# M = 16384, all merged into one h200.json.
+# Here (no GPU), first:
+#   bash ../shared/device/pack.sh
+#   coda build specs/llama3_first.yaml specs/llama3_layer.yaml      # (BUILDS' specs)
+# then on the device, with carry [".device", "build"]:
+#   BUILDS="llama3_first llama3_layer" bash benchmarks/tune_cap_device.sh
+# Parts, in order, each stopped by BUDGET_S (default 570 s) after the start:
+#   1. the 1B dims,      M = 8192,  ROUNDS (default 2) rounds
+#   2. the 8B-like dims, M = 8192,  ROUNDS rounds
+#   3. the 1B dims,      M = 16384, 1 round
+#   4. the 8B-like dims, M = 16384, 1 round
+# Then, if the budget allows, `coda bench` of each build at M = 8192 under the new table
+# (sustained, SoL only: every kernel against cuBLAS at its shape, streamed the same way).
+# Knobs: BUILDS, ROUNDS, SUSTAIN_S (default 0.5), BENCH (default 1; 0 skips the bench part).
+# The table (h200.json), the logs and the bench results go to /tmp/coda-tune/tune/, packed after
+# every part into $OUT/tune.tar.gz; exit status: the first failing part's. Afterwards, here:
+#   python benchmarks/untuned_pick.py tune/h200.json            # the untuned pick, re-learnt
+#   and merge tune/h200.json into coda_spec/tuned/h200.json (docs/tuning.md, "The shipped table")
+BUDGET_S=${BUDGET_S:-570}
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script; left SECONDS
+source .device/setup.sh
+ROUNDS=${ROUNDS:-2}
+SUSTAIN_S=${SUSTAIN_S:-0.5}
+out=/tmp/coda-tune/tune
+mkdir -p "$out"
+pack() { tar -czf "${OUT:-/tmp/coda-tune}/tune.tar.gz" -C "$out" .; }
+date -u > "$out/date.txt"
+nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.sm,power.draw \
+  --format=csv > "$out/gpu.txt" 2>&1
+pack
+builds=()
+for b in ${BUILDS:-llama3_first llama3_layer}; do builds+=("build/$b-latest"); done
+B8=D=4096,F=14336,HD=128
+tune() {  # tune NAME SECONDS M ROUNDS [--dims ...]
+  local name=$1 secs=$2 m=$3 rounds=$4
+  shift 4
+  timeout "$(left "$secs")" python3 -u -m coda_spec.cli tune "${builds[@]}" --m "$m" \
+    --rounds "$rounds" --sustain-s "$SUSTAIN_S" --out "$out/h200.json" "$@" 2>&1 \
+    | tee "$out/$name.log"
+  pack
+}
+tune tune-1b-8192 200 8192 "$ROUNDS"
+tune tune-8b-8192 200 8192 "$ROUNDS" --dims "$B8"
+tune tune-1b-16384 120 16384 1
+tune tune-8b-16384 120 16384 1 --dims "$B8"
+if [ "${BENCH:-1}" = 1 ]; then
+  for b in "${builds[@]}"; do
+    short=$(basename "$b" -latest)
+    CODA_TUNED="$out/h200.json" timeout "$(left 90)" python3 -u -m coda_spec.cli bench "$b" \
+      --m 8192 --baselines none --out "$out/bench-$short" 2>&1 | tee "$out/bench-$short.log"
+    pack
+  done
+fi
+finish  # exit with the first failure's status (benchmarks/device_status.sh)
