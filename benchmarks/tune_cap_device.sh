@@ -8,13 +8,16 @@
 # Here (no GPU), first:
 #   bash ../shared/device/pack.sh
 #   coda build specs/llama3_first.yaml specs/llama3_layer.yaml      # (BUILDS' specs)
+#   coda build benchmarks/cublas_shapes/bare_gemm.yaml
 # then on the device, with carry [".device", "build"]:
 #   BUILDS="llama3_first llama3_layer" bash benchmarks/tune_cap_device.sh
 # Parts, in order, each stopped by BUDGET_S (default 570 s) after the start:
 #   1. the 1B dims,      M = 8192,  ROUNDS (default 2) rounds
 #   2. the 8B-like dims, M = 8192,  ROUNDS rounds
-#   3. the 1B dims,      M = 16384, 1 round
-#   4. the 8B-like dims, M = 16384, 1 round
+#   3. cuBLAS's tile shapes (192x192, 320x128) against QuACK's: a bare GEMM at five of the 1B
+#      step's shapes, every candidate and cuBLAS (BARE=0 skips)
+#   4. the 1B dims,      M = 16384, 1 round
+#   5. the 8B-like dims, M = 16384, 1 round
 # Then, if the budget allows, `coda bench` of each build at M = 8192 under the new table
 # (sustained, SoL only: every kernel against cuBLAS at its shape, streamed the same way).
 # Knobs: BUILDS, ROUNDS, SUSTAIN_S (default 0.5), BENCH (default 1; 0 skips the bench part).
@@ -47,6 +50,23 @@ tune() {  # tune NAME SECONDS M ROUNDS [--dims ...]
 }
 tune tune-1b-8192 200 8192 "$ROUNDS"
 tune tune-8b-8192 200 8192 "$ROUNDS" --dims "$B8"
+# cuBLAS's tile shapes against QuACK's: bare_gemm (benchmarks/cublas_shapes/) at the 1B step's
+# vocabulary and weight-gradient shapes, every candidate timed, and cuBLAS (SoL) at each shape
+bare() {  # bare NAME M DIMS
+  timeout "$(left 40)" python3 -u -m coda_spec.cli tune build/bare_gemm-latest --m "$2" \
+    --dims "$3" --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --out "$out/bare.json" 2>&1 \
+    | tee "$out/bare-$1.log"
+  timeout "$(left 30)" python3 -u -m coda_spec.cli bench build/bare_gemm-latest --m "$2" \
+    --dims "$3" --baselines none --out "$out/bare-$1" 2>&1 | tee -a "$out/bare-$1.log"
+  pack
+}
+if [ "${BARE:-1}" = 1 ]; then
+  bare lm_logits 8192 N=128256,K=2048    # logits = h2 @ w_lm^T
+  bare lm_dgrad 8192 N=2048,K=128256     # dv2 = dlogits @ w_lm
+  bare lm_wgrad 128256 N=2048,K=8192     # dW_lm = dlogits^T v2
+  bare wgrad_gu 16384 N=2048,K=8192      # dW_gu = dz1^T v1
+  bare gate_up 8192 N=16384,K=2048       # z1 = h1 @ w_gu^T
+fi
 tune tune-1b-16384 120 16384 1
 tune tune-8b-16384 120 16384 1 --dims "$B8"
 if [ "${BENCH:-1}" = 1 ]; then
