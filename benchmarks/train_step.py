@@ -354,22 +354,26 @@ def open_telemetry():
     return sampler
 
 
-def timed_steps(one_step, steps: int, sampler) -> tuple[list, object, object, object]:
+def timed_steps(one_step, steps: int, sampler, sync=None) -> tuple[list, object, object, object]:
     """``steps`` synchronized steps' ms, the median SM clock and mean power sampled while they
-    ran (None where the board gives no reading), and the last step's result."""
-    import torch
-
+    ran (None where the board gives no reading), and the last step's result. ``sync``: waits
+    for the device (default ``torch.cuda.synchronize``; tests pass their own)."""
     from coda_spec.bench.timing import telemetry
+
+    if sync is None:
+        import torch
+
+        sync = torch.cuda.synchronize
 
     if steps < 1:
         raise ValueError(f"--steps {steps}: time at least one step")
     times, last = [], None
     sampler.start()
     for _ in range(steps):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         last = one_step()
-        torch.cuda.synchronize()
+        sync()
         times.append((time.perf_counter() - start) * 1e3)
     mhz, watts = telemetry(sampler.stop(), 0.0)
     return times, mhz, watts, last
@@ -532,10 +536,10 @@ def plan_runs(args) -> list[tuple[str, str]]:
     return [(shape, mode) for shape in shapes for mode in modes]
 
 
-def child_argv(argv: list, mode: str, shape: str) -> list:
-    """A child's command line: the parent's arguments, then its mode and shape (argparse keeps
-    the last of a repeated option)."""
-    return [sys.executable, os.path.abspath(__file__), *argv, "--child", mode, "--shape", shape]
+def child_argv(argv: list, mode: str, shape: str, script: str = __file__) -> list:
+    """A child's command line (``script``'s): the parent's arguments, then its mode and shape
+    (argparse keeps the last of a repeated option)."""
+    return [sys.executable, os.path.abspath(script), *argv, "--child", mode, "--shape", shape]
 
 
 def say(msg: str) -> None:
