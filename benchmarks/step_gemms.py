@@ -211,7 +211,7 @@ def predict(rows: list, ruler: dict, step_ms: float, which: str) -> dict:
         "predicted_ms": round(predicted, 2),
         "measured_ms": round(step_ms, 2),
         "ratio": round(predicted / step_ms, 4),
-        "unpredicted": missing,
+        "unpredicted": list(dict.fromkeys(missing)),
     }
 
 
