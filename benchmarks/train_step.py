@@ -27,11 +27,35 @@ Step kinds: ``fwdbwd`` (forward, loss, backward) and ``adamw`` (the same, then a
 on fp32 master weights: bf16 weights compute, their gradients are cast to fp32, AdamW updates
 the fp32 masters and the bf16 weights are copied from them; identical for every mode).
 
-Per mode: the median ms per step over ``--steps`` steps after ``--warmup``, tokens/s, peak
-allocated memory, the first step's time (compile included) and the bytes autograd saves per
-layer (eager modes: every saved tensor's storage once, parameters left out), and, with
-``--profile``, a torch.profiler breakdown of one step by kernel family: GEMM, attention, coda's
-own host/finalize kernels, other.
+Tune tables (coda modes only): ``--tuned PATH`` (a tune file or directory; ``none``: no table,
+every kernel runs its fallback config; default: the search path ``coda_spec.load`` uses,
+``$CODA_TUNED``, ``./tuned/*.json``, then the shipped table) is what every coda mode loads its
+chains with. A mode suffix picks another table for that mode alone, so two tables run in one
+invocation: ``coda@old`` loads ``--tuned-old PATH``, ``coda@none`` no table. The row's
+``mode`` keeps the suffix, ``tuned`` names the table and ``variants`` lists the config every
+kernel ran (``Chain.selected_variants`` at the step's M): a stale table (one keyed by other
+builds' hashes) shows as fallbacks there.
+
+Shapes: ``--shape NAME`` or ``--shapes a,b,c`` (every mode at every shape, shape by shape, in one
+JSON). Progress lines go to stderr; the JSON (``--out``) is rewritten after every mode, so a
+device call killed part-way keeps what ran. ``--timeout`` bounds one mode (its process is
+killed), ``--budget-s`` the whole invocation (no mode starts after it, and each mode's timeout
+is cut to what is left; a mode not run is a row with ``error: "budget"``). At the end a markdown
+table of every row goes to stdout.
+
+Per mode: the median ms per step over ``--steps`` steps after ``--warmup``, tokens/s, MFU, peak
+allocated memory, the first step's time (compile included), the bytes autograd saves per layer
+(eager modes: every saved tensor's storage once, parameters left out), and, while the timed
+steps run, the SM clock (median MHz) and the board power (mean W) sampled by ``coda bench``'s
+sampler (``coda_spec.bench.timing.open_sampler``: NVML, else ``nvidia-smi -lms 50``, else none:
+reported as null, never guessed); J/step is mean W x median s per step, as ``coda bench``'s
+energy per call. With ``--profile``, a torch.profiler breakdown of one step by kernel family
+(:func:`family`): GEMM, attention, coda's own host/finalize kernels, copy/cast/fill, other; ms
+per step each, and ``total`` (the sum of kernel time; the step's ms less it is the GPU's idle
+time).
+
+MFU is model FLOPs per step (:func:`model_flops`, the same count for every mode, whatever a mode
+recomputes) / step time / ``PEAK_TFLOPS`` (the H200's dense bf16 peak, 989.4 TFLOP/s).
 """
 
 from __future__ import annotations
@@ -39,10 +63,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 SHAPES = {  # name -> (config overrides, batch, sequence)
     "1b-2x4096": ({}, 2, 4096),
@@ -89,8 +116,72 @@ MODES = (
     "coda-recompute",
     "coda-recompute-compile",
 )
+TABLES = ("old", "none")  # mode suffixes: coda@old reads --tuned-old, coda@none no table
 GEMM_NAMES = ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "GemmSm90", "kernel_cutlass")
-ATTN_NAMES = ("flash", "fmha", "attention")
+ATTN_NAMES = ("flash", "fmha", "attention", "sdpa")
+# copies, casts and fills: torch's copy/fill kernels, the driver's memcpy/memset, and inductor
+# kernels that fuse nothing else (``triton_poi_fused__to_copy_0``; one that also adds or
+# normalises is "other")
+COPY_NAMES = ("memcpy", "memset", "copy_kernel", "fillfunctor", "catarraybatchedcopy")
+_COPY_OPS = r"(?:_to_copy|copy|fill|zeros|full|clone|_unsafe_view|view|cat)"
+COPY_TRITON = re.compile(rf"triton_\w+?_fused_{_COPY_OPS}(?:_{_COPY_OPS})*_\d+")
+FAMILIES = ("GEMM", "attention", "coda host/finalize", "copy/cast/fill", "other")
+PEAK_TFLOPS = 989.4  # H200 SXM dense bf16 tensor-core peak (NVIDIA's datasheet, no sparsity)
+
+
+def model_flops(cfg, batch: int, seq: int) -> float:
+    """Model FLOPs of one forward + backward step: ``6 * P * T + 6 * L * B * S^2 * NH * HD``.
+
+    * ``P``: the parameters that multiply activations: per layer Q, K, V, O
+      (``D * (NH + 2 NKV) * HD + NH * HD * D``), gate, up and down (``3 * D * F``), times
+      ``L`` layers, plus the LM head ``V * D`` (tied or not: the head is a GEMM either way; the
+      embedding lookup is not). ``T = B * S`` tokens. Each parameter costs 2 FLOPs per token
+      forward and 4 backward (dgrad + wgrad): ``6 * P * T``.
+    * Attention: ``QK^T`` and ``PV`` are ``2 * 2 * B * S^2 * NH * HD`` forward, halved by the
+      causal mask; the backward is twice the forward: ``3 * 2 * B * S^2 * NH * HD`` per layer.
+
+    Llama-3.2-1B at 2 x 4096: 6 * 1.2358e9 * 8192 = 60.74 TFLOP of projections (transformers'
+    GEMM kernels, issue 32's "60.7 TFLOP") + 6.60 TFLOP of attention = 67.34 TFLOP, the anchors'
+    67.3. It is the work the model needs, the same for every mode: coda's fourth vocabulary GEMM
+    (the LM head's logits recomputed in the backward, 4.3 TFLOP) and recompute modes' extra GEMM
+    are not counted, so MFU compares modes by their step time alone. The optimizer (``adamw``)
+    adds no matmul FLOPs."""
+    d, f, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    hd = getattr(cfg, "head_dim", None) or d // nh
+    per_layer = d * (nh + 2 * nkv) * hd + nh * hd * d + 3 * d * f
+    params = layers * per_layer + cfg.vocab_size * d
+    tokens = batch * seq
+    attention = 6 * layers * batch * seq * seq * nh * hd
+    return float(6 * params * tokens + attention)
+
+
+def split_mode(mode: str) -> tuple[str, str | None]:
+    """``"coda@old"`` -> ("coda", "old"); ValueError for an unknown mode or table, or a table
+    on a mode that loads no chains."""
+    base, _, table = mode.partition("@")
+    if base not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    if not table:
+        return base, None
+    if not base.startswith("coda"):
+        raise ValueError(f"mode {mode!r}: a tune table (@{table}) only applies to the coda modes")
+    if table not in TABLES:
+        raise ValueError(
+            f"mode {mode!r}: unknown table @{table}; @old loads --tuned-old, @none no table"
+        )
+    return base, table
+
+
+def tuned_arg(table: str | None, tuned: str | None, tuned_old: str | None):
+    """What ``coda_spec.load``'s ``tuned=`` gets for a mode's table: None (the search path),
+    False (``none``: no table) or a path."""
+    path = {None: tuned, "old": tuned_old, "none": "none"}[table]
+    if table == "old" and not path:
+        raise ValueError("a mode with @old needs --tuned-old PATH (the other tune table)")
+    if path is None:
+        return None
+    return False if path == "none" else path
 
 
 def config(shape: str, layers: int | None):
@@ -122,8 +213,9 @@ def hf_bf16(cfg):
     return model
 
 
-def make(mode: str, cfg, builds: str):
-    """(the model whose parameters train, the step's loss function)."""
+def make(mode: str, cfg, builds: str, tuned=None):
+    """(the model whose parameters train, the step's loss function); ``tuned``: the coda
+    modes' tune table (:func:`tuned_arg`)."""
     import torch
     from transformers.models.llama import modeling_llama
 
@@ -137,7 +229,7 @@ def make(mode: str, cfg, builds: str):
     if mode.startswith("coda"):
         from coda_spec.nn import LlamaForCausalLM as CodaLlama
 
-        model = CodaLlama.from_hf(hf, builds=builds, recompute="recompute" in mode)
+        model = CodaLlama.from_hf(hf, builds=builds, tuned=tuned, recompute="recompute" in mode)
         del hf
         fn = model
     else:
@@ -205,6 +297,8 @@ def phases(fn, ids, labels, params) -> dict:
 
 
 def family(name: str, coda_symbols: set) -> str:
+    """The kernel family (``FAMILIES``) of a CUDA kernel's name; ``coda_symbols``: the kernel
+    names of the coda chains' host and finalize steps."""
     low = name.lower()
     if any(s in name for s in coda_symbols):
         return "coda host/finalize"
@@ -212,22 +306,104 @@ def family(name: str, coda_symbols: set) -> str:
         return "attention"
     if any(k.lower() in low for k in GEMM_NAMES):
         return "GEMM"
+    if any(k in low for k in COPY_NAMES) or COPY_TRITON.fullmatch(name):
+        return "copy/cast/fill"
     return "other"
 
 
-def child(args) -> dict:
+def coda_symbols(model) -> set:
+    """The kernel names of a coda model's host and finalize steps (empty for other models)."""
+    symbols: set = set()
+    for op in getattr(model, "chains", {}).values():
+        for st in op.chain.manifest.all_steps:
+            if st.kind != "kernel" and getattr(st, "launch", None) is not None:
+                symbols.add(st.launch.cubin.name)
+    return symbols
+
+
+def summary(times_ms: list, flops: float, tokens: int, mhz=None, watts=None) -> dict:
+    """A mode's figures from its step times: median ms, tokens/s, MFU against PEAK_TFLOPS,
+    and with telemetry the median SM clock, mean power and J/step (mean W x median s)."""
+    ms = statistics.median(times_ms)
+    return {
+        "ms": round(ms, 2),
+        "ms_all": [round(t, 2) for t in times_ms],
+        "tokens_per_s": round(tokens / ms * 1e3),
+        "tflop_per_step": round(flops / 1e12, 2),
+        "mfu": round(flops / (ms / 1e3) / (PEAK_TFLOPS * 1e12), 4),
+        "sm_mhz": None if mhz is None else round(mhz),
+        "watts": None if watts is None else round(watts, 1),
+        "j_per_step": None if watts is None else round(watts * ms / 1e3, 2),
+    }
+
+
+def open_telemetry():
+    """``coda bench``'s sampler for the current device (NVML, nvidia-smi, else a null one that
+    reports nothing); says on stderr when there is none."""
+    from coda_spec.bench.driver import device_ids
+    from coda_spec.bench.timing import open_sampler
+
+    sampler = open_sampler(*device_ids())
+    if not sampler.source:
+        print(
+            "[train_step] no telemetry (no pynvml, no nvidia-smi answering): SM clock and "
+            "power are reported as null",
+            file=sys.stderr,
+            flush=True,
+        )
+    return sampler
+
+
+def timed_steps(one_step, steps: int, sampler, sync=None) -> tuple[list, object, object, object]:
+    """``steps`` synchronized steps' ms, the median SM clock and mean power sampled while they
+    ran (None where the board gives no reading), and the last step's result. ``sync``: waits
+    for the device (default ``torch.cuda.synchronize``; tests pass their own)."""
+    from coda_spec.bench.timing import telemetry
+
+    if sync is None:
+        import torch
+
+        sync = torch.cuda.synchronize
+
+    if steps < 1:
+        raise ValueError(f"--steps {steps}: time at least one step")
+    times, last = [], None
+    sampler.start()
+    for _ in range(steps):
+        sync()
+        start = time.perf_counter()
+        last = one_step()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    mhz, watts = telemetry(sampler.stop(), 0.0)
+    return times, mhz, watts, last
+
+
+def chain_variants(model, tokens: int) -> dict:
+    """``{chain: {kernel step: config}}`` each coda chain runs at M = ``tokens`` ({} for the
+    other models)."""
+    out = {}
+    for op in getattr(model, "chains", {}).values():
+        chain = op.chain
+        sizes = {**chain.manifest.static, chain.manifest.dynamic: tokens}
+        out[chain.name] = chain.selected_variants(sizes)
+    return out
+
+
+def setup(args):
+    """The child's model, its step function and its inputs:
+    ``(cfg, model, one_step, (ids, labels), params, tuned)``."""
     import torch
 
+    base, table = split_mode(args.mode)
+    tuned = tuned_arg(table, args.tuned, args.tuned_old) if base.startswith("coda") else None
     cfg = config(args.shape, args.layers)
     _, b, s = SHAPES[args.shape]
-    model, fn = make(args.mode, cfg, args.builds)
+    model, fn = make(base, cfg, args.builds, tuned)
     params = list(model.parameters())
     g = torch.Generator(device="cuda").manual_seed(1)
     ids = torch.randint(0, cfg.vocab_size, (b, s), device="cuda", generator=g)
     labels = ids.clone()
-    saved = None
-    if args.mode in ("hf", "liger", "coda", "coda-recompute"):
-        saved = saved_bytes(fn, ids, labels, params)
     opt = masters = None
     if args.kind == "adamw":
         masters = [p.detach().float().requires_grad_(True) for p in params]
@@ -246,8 +422,23 @@ def child(args) -> dict:
             p.grad = None
         return loss.detach()
 
+    return cfg, model, fn, one_step, (ids, labels), params, tuned
+
+
+def child(args) -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("train_step: no CUDA GPU here (torch.cuda.is_available() is False)")
+    with warnings.catch_warnings(record=True) as said:  # a stale tune table says so at load
+        warnings.simplefilter("always")
+        cfg, model, fn, one_step, (ids, labels), params, tuned = setup(args)
+    _, b, s = SHAPES[args.shape]
+    saved = None
+    if split_mode(args.mode)[0] in ("hf", "liger", "coda", "coda-recompute"):
+        saved = saved_bytes(fn, ids, labels, params)
     t0 = time.perf_counter()
-    loss = one_step()
+    one_step()
     torch.cuda.synchronize()
     first = time.perf_counter() - t0
     for _ in range(args.warmup):
@@ -255,21 +446,17 @@ def child(args) -> dict:
     torch.cuda.synchronize()
     memory = phases(fn, ids, labels, params)
     torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(args.steps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        loss = one_step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    ms = statistics.median(times)
+    sampler = open_telemetry()
+    try:
+        times, mhz, watts, loss = timed_steps(one_step, args.steps, sampler)
+    finally:
+        sampler.close()
     row = {
         "mode": args.mode,
         "shape": args.shape,
         "kind": args.kind,
-        "ms": round(ms, 2),
-        "ms_all": [round(t, 2) for t in times],
-        "tokens_per_s": round(b * s / ms * 1e3),
+        **summary(times, model_flops(cfg, b, s), b * s, mhz, watts),
+        "telemetry": sampler.source,
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "first_step_s": round(first, 1),
         "saved_mib_per_layer": None
@@ -278,19 +465,20 @@ def child(args) -> dict:
         "loss": loss.item(),
         "memory_gib": memory,
     }
+    if args.mode.startswith("coda"):
+        row["tuned"] = "search path" if tuned is None else ("none" if tuned is False else tuned)
+        row["variants"] = chain_variants(model, b * s)
+        row["load_warnings"] = sorted({str(w.message) for w in said})
     if args.profile:
         row["breakdown_ms"] = profile(one_step, model, args)
     return row
 
 
 def profile(one_step, model, args) -> dict:
+    """Kernel ms of one step by family (:func:`family`), and their ``total``."""
     import torch
 
-    symbols: set = set()
-    for op in getattr(model, "chains", {}).values():
-        for st in op.chain.manifest.all_steps:
-            if st.kind != "kernel" and getattr(st, "launch", None) is not None:
-                symbols.add(st.launch.cubin.name)
+    symbols = coda_symbols(model)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         one_step()
         torch.cuda.synchronize()
@@ -300,51 +488,160 @@ def profile(one_step, model, args) -> dict:
             continue
         fam = family(ev.key, symbols)
         out[fam] = out.get(fam, 0.0) + ev.device_time_total / 1e3
-    return {k: round(v, 2) for k, v in sorted(out.items())}
+    return breakdown(out)
 
 
-def main() -> None:
+def breakdown(ms_by_family: dict) -> dict:
+    """Every family (``FAMILIES``, 0.0 where none ran) in table order, rounded, then ``total``."""
+    out = {f: round(ms_by_family.get(f, 0.0), 2) for f in FAMILIES}
+    out["total"] = round(sum(ms_by_family.values()), 2)
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated; MODE@old, @none")
     ap.add_argument("--shape", default="1b-2x4096", choices=sorted(SHAPES))
+    ap.add_argument("--shapes", default=None, help="comma-separated shapes (overrides --shape)")
     ap.add_argument("--kind", default="fwdbwd", choices=["fwdbwd", "adamw"])
     ap.add_argument("--layers", type=int, default=None, help="override the layer count")
     ap.add_argument("--builds", default="build")
+    ap.add_argument("--tuned", default=None, help="the coda modes' tune file/dir, or none")
+    ap.add_argument("--tuned-old", default=None, help="the table of modes with the @old suffix")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per mode")
+    ap.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run")
     ap.add_argument("--out", required=True)
     ap.add_argument("--child", metavar="MODE", help=argparse.SUPPRESS)
+    return ap
+
+
+def plan_runs(args) -> list[tuple[str, str]]:
+    """(shape, mode) in run order, every argument checked first (ValueError: what is wrong)."""
+    shapes = [x.strip() for x in (args.shapes or args.shape).split(",") if x.strip()]
+    bad = [x for x in shapes if x not in SHAPES]
+    if bad or not shapes:
+        raise ValueError(f"unknown shape(s) {', '.join(bad)}; shapes: {', '.join(sorted(SHAPES))}")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes:
+        raise ValueError("--modes is empty")
+    for m in modes:
+        base, table = split_mode(m)
+        if base.startswith("coda"):
+            path = tuned_arg(table, args.tuned, args.tuned_old)
+            if path and not os.path.exists(path):
+                raise ValueError(f"mode {m}: no tune file or directory {path}")
+    return [(shape, mode) for shape in shapes for mode in modes]
+
+
+def child_argv(argv: list, mode: str, shape: str, script: str = __file__) -> list:
+    """A child's command line (``script``'s): the parent's arguments, then its mode and shape
+    (argparse keeps the last of a repeated option)."""
+    return [sys.executable, os.path.abspath(script), *argv, "--child", mode, "--shape", shape]
+
+
+def say(msg: str) -> None:
+    print(f"[train_step] {msg}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     if args.child:
         args.mode = args.child
         print(json.dumps(child(args)))
         return
-    rows = []
-    for mode in args.modes.split(","):
-        cmd = [sys.executable, __file__, "--child", mode, *sys.argv[1:]]
-        print(f"[train_step] {mode} {args.shape} {args.kind} ...", flush=True)
-        rows.append(run_child(mode, cmd, args.timeout))
-        row = rows[-1]
-        if "error" in row:
-            print(f"[train_step]   failed: {row['error']}", flush=True)
+    try:
+        runs = plan_runs(args)
+    except ValueError as e:
+        ap.error(str(e))
+    # `timeout` (a device script's) sends SIGTERM: leave through SystemExit, so subprocess.run
+    # kills the running mode's process instead of leaving it on the GPU
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    end = None if args.budget_s is None else time.monotonic() + args.budget_s
+    rows: list = []
+    for i, (shape, mode) in enumerate(runs, 1):
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left < 5:
+            rows.append({"mode": mode, "shape": shape, "kind": args.kind, "error": "budget"})
+            say(f"[{i}/{len(runs)}] {mode} {shape}: not run (--budget-s spent)")
         else:
-            print(f"[train_step]   {row['ms']} ms, {row['peak_gib']} GiB", flush=True)
-        with open(args.out, "w") as f:  # after every mode: a later timeout loses nothing
-            json.dump({"rows": rows, "argv": sys.argv[1:]}, f, indent=1)
+            limit = args.timeout if left is None else max(1, min(args.timeout, int(left)))
+            say(f"[{i}/{len(runs)}] {mode} {shape} {args.kind} (timeout {limit} s) ...")
+            t0 = time.monotonic()
+            row = run_child(mode, child_argv(sys.argv[1:], mode, shape), limit)
+            row.setdefault("shape", shape)
+            row.setdefault("kind", args.kind)
+            rows.append(row)
+            took = time.monotonic() - t0
+            if "error" in row:
+                say(f"  failed after {took:.0f} s: {row['error']}")
+            else:
+                say(f"  {row['ms']} ms, {row['peak_gib']} GiB, {took:.0f} s")
+        write(args.out, rows, sys.argv[1:])  # after every mode: a later kill loses nothing
+    print(table(rows))
+
+
+def write(path: str, rows: list, argv: list) -> None:
+    doc = {"rows": rows, "argv": argv, "peak_tflops": PEAK_TFLOPS, "flops": "model_flops"}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _fmt(x, spec: str = "") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def table(rows: list) -> str:
+    """The rows as a markdown table (a failed mode: its error in the ms column)."""
+    head = ["shape", "mode", "ms", "tokens/s", "MFU", "peak GiB", "SM MHz", "W", "J/step"]
+    head += [*FAMILIES, "first step s"]
+    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        if "error" in r:
+            err = r["error"] if isinstance(r["error"], str) else " / ".join(r["error"])
+            cells = [r.get("shape", ""), r["mode"], f"failed: {err}"[:120]]
+            cells += [""] * (len(head) - len(cells))
+        else:
+            mfu = None if r.get("mfu") is None else 100 * r["mfu"]
+            fams = r.get("breakdown_ms") or {}
+            cells = [
+                r["shape"],
+                r["mode"],
+                _fmt(r["ms"], ".1f"),
+                _fmt(r["tokens_per_s"], ","),
+                _fmt(mfu, ".1f") + ("%" if mfu is not None else ""),
+                _fmt(r["peak_gib"], ".2f"),
+                _fmt(r.get("sm_mhz")),
+                _fmt(r.get("watts"), ".0f"),
+                _fmt(r.get("j_per_step"), ".1f"),
+                *(_fmt(fams.get(f), ".1f") for f in FAMILIES),
+                _fmt(r.get("first_step_s")),
+            ]
+        out.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    return "\n".join(out)
 
 
 def run_child(mode: str, cmd: list, timeout: int) -> dict:
-    """One mode's row, from its own process: its last stdout line, or the error."""
+    """One mode's row, from its own process: its last stdout line, or the error (the last
+    lines of its stderr)."""
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ)
     except subprocess.TimeoutExpired:
         return {"mode": mode, "error": f"timed out after {timeout} s"}
     last = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
-    if not last:
-        return {"mode": mode, "error": done.stderr.strip().splitlines()[-5:]}
-    return json.loads(last[0])
+    try:
+        return json.loads(last[0]) if last else {"mode": mode, "error": _tail(done.stderr)}
+    except json.JSONDecodeError:
+        return {"mode": mode, "error": _tail(done.stdout + done.stderr)}
+
+
+def _tail(text: str) -> list:
+    return [x for x in text.strip().splitlines() if "DEBUG" not in x][-5:] or ["no output"]
 
 
 if __name__ == "__main__":

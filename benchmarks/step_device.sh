@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Issue 32, items 1 and 4 on the lent H200, in one device call of about 560 s: the Llama step
+# re-measured (benchmarks/train_step.py: ms, tokens/s, MFU, peak memory, SM clock, W, J/step and
+# the profiler breakdown) and its GEMM kernels listed with the sustained ruler's prediction
+# (benchmarks/step_gemms.py).
+# Here (no GPU), first:
+#   bash ../shared/device/pack.sh
+#   coda build specs/llama3_first.yaml specs/llama3_layer.yaml specs/llama3_last.yaml
+#   the old tune table (before the re-tune) at $TUNED_OLD (default tuned_old.json in the
+#   project root, untracked: the device copy takes it), e.g.
+#   git show <commit before the re-tune>:coda_spec/tuned/h200.json > tuned_old.json
+# then on the device, with carry [".device", "build"]:
+#   bash benchmarks/step_device.sh
+# Parts, in order of importance (each stops by BUDGET_S, default 560 s, after the start; a
+# later part gets what is left, so a call's limit keeps what ran; PARTS picks some, in order):
+#   step1b  train_step 1B 2x4096 fwdbwd: coda, coda@old, hf, hf-compile-nomask, liger, --profile
+#           (about 150 s: 5 processes, compile's first step about 40 s)
+#   gemms   step_gemms 1B 2x4096: coda (+ the rulers' prediction) and hf-compile-nomask
+#           (about 120 s: the sustained ruler over 28 kernels x ROUNDS streams, then isolated)
+#   shapes  train_step 1B 1x8192 and 8B-like 4 layers 2x4096, the same modes (about 150 s each)
+#   adamw   train_step 1B 2x4096 adamw: coda, hf-compile-nomask (about 70 s)
+# At 560 s the last parts are cut (their JSON keeps the modes that ran, the others are rows
+# with error "budget"); run them in a second call with PARTS="shapes adamw".
+# Knobs: STEPS (20), WARMUP (3), ROUNDS (sustained rounds, 2), TUNED (the new table; default:
+# the search path, i.e. the shipped coda_spec/tuned/h200.json), TUNED_OLD (tuned_old.json),
+# MODES (coda,coda@old,hf,hf-compile-nomask,liger), PARTS.
+# Logs and results (step-*.json/.log, gemms.json/.md/.log) go to /tmp/coda-step/step/, packed
+# after every part into $OUT/step.tar.gz; the exit status is the first failing part's
+# (benchmarks/device_status.sh).
+BUDGET_S=${BUDGET_S:-560}
+source benchmarks/device_status.sh  # pipefail; a failed part fails the script; left SECONDS
+source .device/setup.sh
+STEPS=${STEPS:-20}
+WARMUP=${WARMUP:-3}
+ROUNDS=${ROUNDS:-2}
+TUNED_OLD=${TUNED_OLD:-tuned_old.json}
+MODES=${MODES:-coda,coda@old,hf,hf-compile-nomask,liger}
+out=/tmp/coda-step/step
+mkdir -p "$out"
+pack() { tar -czf "${OUT:-/tmp/coda-step}/step.tar.gz" -C "$out" .; }
+date -u > "$out/date.txt"
+nvidia-smi --query-gpu=name,driver_version,power.limit,enforced.power.limit,clocks.max.sm,clocks.sm,power.draw \
+  --format=csv > "$out/gpu.txt" 2>&1
+python3 -c "import pynvml; print('pynvml', pynvml.__file__)" >> "$out/gpu.txt" 2>&1 \
+  || echo "no pynvml: the sampler reads nvidia-smi" >> "$out/gpu.txt"
+tuned=()
+[ -n "${TUNED:-}" ] && tuned=(--tuned "$TUNED")
+if [ ! -f "$TUNED_OLD" ]; then
+  echo "error: no old tune table at $TUNED_OLD (TUNED_OLD); coda@old is left out" | tee "$out/error.txt" >&2
+  MODES=$(echo "$MODES" | tr , '\n' | grep -v '@old' | paste -sd, -)
+  false
+fi
+pack
+step() {  # step NAME SECONDS ARGS...: one train_step invocation, its table in NAME.log
+  local name=$1 secs=$2
+  shift 2
+  local s
+  s=$(left "$secs")
+  timeout "$(( s + 15 ))" python3 benchmarks/train_step.py --budget-s "$s" --steps "$STEPS" \
+    --warmup "$WARMUP" --timeout 150 --tuned-old "$TUNED_OLD" "${tuned[@]}" \
+    --out "$out/$name.json" "$@" 2>&1 | grep -v DEBUG | tee "$out/$name.log"
+  pack
+}
+for part in ${PARTS:-step1b gemms shapes adamw}; do
+  case "$part" in
+  step1b) step step-1b-2x4096-fwdbwd 200 --shape 1b-2x4096 --kind fwdbwd --modes "$MODES" --profile ;;
+  gemms)
+    s=$(left 150)
+    timeout "$(( s + 15 ))" python3 benchmarks/step_gemms.py --shape 1b-2x4096 \
+      --modes coda,hf-compile-nomask --steps "$STEPS" --warmup "$WARMUP" --rounds "$ROUNDS" \
+      --predict both --budget-s "$s" --timeout 150 "${tuned[@]}" --out "$out/gemms.json" \
+      --markdown "$out/gemms.md" 2>&1 | grep -v DEBUG | tee "$out/gemms.log"
+    pack
+    ;;
+  shapes)
+    step step-1b-1x8192-fwdbwd 160 --shape 1b-1x8192 --kind fwdbwd --modes "$MODES" --profile
+    step step-8b-layer4-2x4096-fwdbwd 160 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "$MODES" --profile
+    ;;
+  adamw) step step-1b-2x4096-adamw 90 --shape 1b-2x4096 --kind adamw --modes coda,hf-compile-nomask ;;
+  *) echo "unknown part $part (parts: step1b gemms shapes adamw)" >&2; false ;;
+  esac
+done
+pack
+finish  # exit with the first failure's status (benchmarks/device_status.sh)
