@@ -156,7 +156,7 @@ def test_recompute_chains_save_h1_not_z1(all_builds):
     forward returns no z1; the plain chains save z1 (the model picks the chain per flag)."""
     for recompute, saves, lacks in ((False, "z1", "h1"), (True, "h1", "z1")):
         coda = LlamaForCausalLM(config(True), builds=all_builds, recompute=recompute)
-        for role in ("llama3_layer", "llama3_last"):
+        for role in ("llama3_layer", "llama3_last_mlp"):
             op = coda.chains[role]
             assert saves in op.chain.saved and lacks not in op.chain.saved, (role, recompute)
             assert ("z1" in op.returns) != recompute, role  # a saved z1 is returned
@@ -189,7 +189,8 @@ def test_a_missing_recompute_build_names_its_command(builds):
     """The plain builds only: ``recompute=True`` names the recompute chain and the build."""
     want = (
         "no build of llama3_layer_recompute .* coda build specs/llama3_first.yaml "
-        "specs/llama3_layer_recompute.yaml specs/llama3_last_recompute.yaml"
+        "specs/llama3_layer_recompute.yaml specs/llama3_last_mlp_recompute.yaml "
+        "specs/llama3_lm_head.yaml"
     )
     with pytest.raises(CodaRuntimeError, match=want):
         LlamaForCausalLM(config(True), builds=builds, recompute=True)
