@@ -15,6 +15,7 @@ upcasts to fp32; the rotary embedding forces fp32), and its loss upcasts logits 
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -183,6 +184,44 @@ def test_recompute_saves_fewer_bytes_per_token(all_builds):
     d, f, layers = TINY["hidden_size"], TINY["intermediate_size"], TINY["num_hidden_layers"]
     fewer = layers * B * S * (2 * f - d) * torch.float64.itemsize
     assert saved_bytes(False) - saved_bytes(True) == fewer
+
+
+def _vocabulary_gemms(manifest) -> list:
+    """The kernels of a chain (forward and backward) whose GEMM has the vocabulary V as an
+    extent (M, N or K)."""
+    steps = (*manifest.steps, *manifest.backward_steps)
+    return [
+        s.name
+        for s in steps
+        if s.kind == "kernel" and any(re.search(r"\bV\b", str(e)) for e in (s.m, s.n, s.k))
+    ]
+
+
+def test_a_step_runs_three_vocabulary_gemms_and_no_fp32_logits(all_builds, tmp_path, monkeypatch):
+    """A training step runs every chain's forward and backward kernels once: exactly three of
+    them are vocabulary-wide (the LM head's logits, dgrad and wgrad GEMMs; llama3_last, which
+    the model ran before, has four: its backward recomputes the logits), the LM head has no
+    backward section (its gradients come out of its forward), and every M x V tensor a chain
+    allocates (the logits, dlogits) is bf16, never fp32."""
+    for recompute in (False, True):
+        coda = LlamaForCausalLM(config(True), builds=all_builds, recompute=recompute)
+        manifests = [op.chain.manifest for op in coda.chains.values()]
+        vocab = [name for m in manifests for name in _vocabulary_gemms(m)]
+        assert vocab == ["lm_head_logits", "dgrad_lm_norm_f", "wgrad_lm"], (recompute, vocab)
+        assert not coda.chains["llama3_lm_head"].has_backward
+        m_by_v = {
+            (m.name, n): t.dtype
+            for m in manifests
+            for n, t in m.tensors.items()
+            if set(map(str, t.shape)) == {"M", "V"}
+        }
+        assert m_by_v == {
+            ("llama3_lm_head", "logits"): "bf16",
+            ("llama3_lm_head", "dlogits"): "bf16",
+        }, m_by_v
+    (old,) = cpu_builds(tmp_path, monkeypatch, ["llama3_last"]).values()
+    old_manifest = ops.op(old, tuned=False).chain.manifest
+    assert len(_vocabulary_gemms(old_manifest)) == 4
 
 
 def test_a_missing_recompute_build_names_its_command(builds):
