@@ -21,7 +21,7 @@ Modes:
 * ``coda-recompute``, ``coda-recompute-compile``: ``coda`` and ``coda-compile`` with
   ``recompute=True`` (the MLP's z1 recomputed in the backward: ``specs/*_recompute.yaml``, built
   by ``coda build specs/llama3_first.yaml specs/llama3_layer_recompute.yaml
-  specs/llama3_last_recompute.yaml``).
+  specs/llama3_last_mlp_recompute.yaml specs/llama3_lm_head.yaml``).
 
 Step kinds: ``fwdbwd`` (forward, loss, backward) and ``adamw`` (the same, then a fused AdamW step
 on fp32 master weights: bf16 weights compute, their gradients are cast to fp32, AdamW updates

@@ -151,7 +151,9 @@ def _run_step(rt_args, step, env, perturb=None, hook=None):
         info = analysis.tensor(step.of)
         kind, _, width, group, rows = info.partial
         default = default_n(kind, width, group, rows, step.over)
-        n = dimmod.evaluate(step.n if step.n is not None else default, sizes)
+        # the runtime's evaluator: an over-rows default n (rows x width) is 0 at M = 0, a
+        # fold over nothing (its identity), which dimmod.evaluate refuses as a dim
+        n = dimmod.evaluator(step.n if step.n is not None else default)(sizes)
         rt = RefCtx(precision, sizes, analysis)
         second = env[step.second] if step.second is not None else None
         env[step.result] = finalize_fold(

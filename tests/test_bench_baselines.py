@@ -149,6 +149,8 @@ LLAMA_STEMS = [
     "llama3_last",
     "llama3_layer_recompute",
     "llama3_last_recompute",
+    "llama3_last_mlp",
+    "llama3_last_mlp_recompute",
 ]
 
 

@@ -157,7 +157,7 @@ def test_the_fuse_grad_accum_example_accumulates_on_the_cpu(tmp_path, monkeypatc
 
 def test_the_llama_example_trains_on_the_cpu(tmp_path, monkeypatch):
     """docs/training.md's coda_spec.nn example, as written, at a tiny GQA config on the CPU
-    (the chains' reference; CPU builds of the three llama3 specs): three AdamW steps, a finite
+    (the chains' reference; CPU builds of the model's llama3 specs): three AdamW steps, a finite
     loss, and transformers takes the trained weights back."""
     import torch
 

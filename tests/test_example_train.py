@@ -2,7 +2,7 @@
 
 The example trains on the GPU (docs/training.md, "Training on real text"); here ``--device
 cpu`` runs the same loop through transformers and through coda's chains on the CPU (CPU builds
-of the three llama3 specs, re-sized to the tiny config at load), three steps each on the
+of the model's llama3 specs, re-sized to the tiny config at load), three steps each on the
 standard library's own source: both start from the same loss, stay finite, and coda's run
 follows transformers'.
 """

@@ -35,6 +35,8 @@ DIFFERENTIABLE = {  # spec -> the outputs a loss reads (the others are statistic
     "llama3_last": ("lse", "target_logit"),
     "llama3_layer_recompute": ("x2", "qkv"),
     "llama3_last_recompute": ("lse", "target_logit"),
+    "llama3_last_mlp": ("x2",),
+    "llama3_last_mlp_recompute": ("x2",),
 }
 
 

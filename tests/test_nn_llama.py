@@ -15,6 +15,7 @@ upcasts to fp32; the rotary embedding forces fp32), and its loss upcasts logits 
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -156,7 +157,7 @@ def test_recompute_chains_save_h1_not_z1(all_builds):
     forward returns no z1; the plain chains save z1 (the model picks the chain per flag)."""
     for recompute, saves, lacks in ((False, "z1", "h1"), (True, "h1", "z1")):
         coda = LlamaForCausalLM(config(True), builds=all_builds, recompute=recompute)
-        for role in ("llama3_layer", "llama3_last"):
+        for role in ("llama3_layer", "llama3_last_mlp"):
             op = coda.chains[role]
             assert saves in op.chain.saved and lacks not in op.chain.saved, (role, recompute)
             assert ("z1" in op.returns) != recompute, role  # a saved z1 is returned
@@ -185,11 +186,50 @@ def test_recompute_saves_fewer_bytes_per_token(all_builds):
     assert saved_bytes(False) - saved_bytes(True) == fewer
 
 
+def _vocabulary_gemms(manifest) -> list:
+    """The kernels of a chain (forward and backward) whose GEMM has the vocabulary V as an
+    extent (M, N or K)."""
+    steps = (*manifest.steps, *manifest.backward_steps)
+    return [
+        s.name
+        for s in steps
+        if s.kind == "kernel" and any(re.search(r"\bV\b", str(e)) for e in (s.m, s.n, s.k))
+    ]
+
+
+def test_a_step_runs_three_vocabulary_gemms_and_no_fp32_logits(all_builds, tmp_path, monkeypatch):
+    """A training step runs every chain's forward and backward kernels once: exactly three of
+    them are vocabulary-wide (the LM head's logits, dgrad and wgrad GEMMs; llama3_last, which
+    the model ran before, has four: its backward recomputes the logits), the LM head has no
+    backward section (its gradients come out of its forward), and every M x V tensor a chain
+    allocates (the logits, dlogits) is bf16, never fp32."""
+    for recompute in (False, True):
+        coda = LlamaForCausalLM(config(True), builds=all_builds, recompute=recompute)
+        manifests = [op.chain.manifest for op in coda.chains.values()]
+        vocab = [name for m in manifests for name in _vocabulary_gemms(m)]
+        assert vocab == ["lm_head_logits", "dgrad_lm_norm_f", "wgrad_lm"], (recompute, vocab)
+        assert not coda.chains["llama3_lm_head"].has_backward
+        m_by_v = {
+            (m.name, n): t.dtype
+            for m in manifests
+            for n, t in m.tensors.items()
+            if set(map(str, t.shape)) == {"M", "V"}
+        }
+        assert m_by_v == {
+            ("llama3_lm_head", "logits"): "bf16",
+            ("llama3_lm_head", "dlogits"): "bf16",
+        }, m_by_v
+    (old,) = cpu_builds(tmp_path, monkeypatch, ["llama3_last"]).values()
+    old_manifest = ops.op(old, tuned=False).chain.manifest
+    assert len(_vocabulary_gemms(old_manifest)) == 4
+
+
 def test_a_missing_recompute_build_names_its_command(builds):
     """The plain builds only: ``recompute=True`` names the recompute chain and the build."""
     want = (
         "no build of llama3_layer_recompute .* coda build specs/llama3_first.yaml "
-        "specs/llama3_layer_recompute.yaml specs/llama3_last_recompute.yaml"
+        "specs/llama3_layer_recompute.yaml specs/llama3_last_mlp_recompute.yaml "
+        "specs/llama3_lm_head.yaml"
     )
     with pytest.raises(CodaRuntimeError, match=want):
         LlamaForCausalLM(config(True), builds=builds, recompute=True)

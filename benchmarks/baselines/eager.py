@@ -134,6 +134,34 @@ def _eager_llama3_last(t, sizes):
     return _lse_and_target(logits, t["target"])
 
 
+def _eager_llama3_last_mlp(t, sizes):
+    """The last layer's MLP up to the final norm's inputs; autograd gives the backward."""
+    _, _, x2 = _post_attention(t, sizes, LLAMA3_EPS)
+    return {"x2": x2, "h2": x2 * t["gamma_f"], "r2": rstd(x2, LLAMA3_EPS)}
+
+
+def _eager_llama3_lm_head(t, sizes):
+    """The LM head and the weighted cross-entropy as unfused code has them: the logits written,
+    the loss on their fp32 upcast (as HF computes it), its gradients by autograd (the saved
+    ``h2`` and ``r2`` are not read: the norm is recomputed from x2)."""
+    with torch.enable_grad():
+        x2, gamma, w_lm = (_grad_leaf(t[n]) for n in ("x2", "gamma_f", "w_lm"))
+        logits = F.rms_norm(x2, (sizes["D"],), gamma, LLAMA3_EPS) @ w_lm.T
+        ce = F.cross_entropy(
+            upcast(logits), t["target"].long(), ignore_index=IGNORE, reduction="none"
+        )
+        nll = ce * t["row_w"]
+        loss = nll.sum()
+        dx2, dgamma, dw_lm = torch.autograd.grad(loss, (x2, gamma, w_lm))
+    return {
+        "loss": loss.detach(),
+        "nll": nll.detach(),
+        "dx2": dx2,
+        "dgamma_f": upcast(dgamma),
+        "dw_lm": dw_lm,
+    }
+
+
 def _eager_b1(t, sizes):
     """Autograd: recompute v = rms_norm(x, gamma) and backpropagate g = dz @ w_next through it
     (the saved ``r`` and ``zdz`` are not read: autograd's norm backward recomputes its own)."""
@@ -198,6 +226,9 @@ EAGER = MappingProxyType(
         "llama3_first": Impl(_eager_llama3_first, rope_tables, _EAGER_ROPE_NOTE),
         "llama3_last": Impl(_eager_llama3_last),
         "llama3_last_recompute": Impl(_eager_llama3_last),  # the same outputs as llama3_last
+        "llama3_last_mlp": Impl(_eager_llama3_last_mlp),
+        "llama3_last_mlp_recompute": Impl(_eager_llama3_last_mlp),  # llama3_last_mlp's outputs
+        "llama3_lm_head": Impl(_eager_llama3_lm_head),
         "llama3_layer": Impl(_eager_llama3_layer, rope_tables, _EAGER_ROPE_NOTE),
         "llama3_layer_recompute": Impl(
             _eager_llama3_layer_recompute, rope_tables, _EAGER_ROPE_NOTE

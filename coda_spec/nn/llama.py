@@ -7,13 +7,18 @@ into a GEMM's epilogue (docs/training.md draws it)::
     x = embed(ids)
     qkv = llama3_first(x)                                  # norm 0, QKV 0, RoPE
     for i < L-1:  x, qkv = llama3_layer(x, attn(qkv))      # o-proj i .. QKV i+1
-    lse, target_logit = llama3_last(x, attn(qkv), target)  # o-proj L-1 .. final norm, LM head
-    loss = mean over valid rows of (lse - target_logit)
+    x2, h2, r2 = llama3_last_mlp(x, attn(qkv))             # o-proj L-1 .. final norm's inputs
+    loss = llama3_lm_head(x2, h2, r2, target, row_w = valid / n)   # and its gradients
 
 Attention is torch's SDPA (causal, ``enable_gqa``: the flash kernel on the GPU) on q, k and v
-viewed out of ``qkv``; embeddings and the loss's final mean stay in torch. The logits are never
-written: the LM head's epilogue keeps the log-sum-exp and the target logit, and its backward
-recomputes the logits' gradient in the epilogue of a logits GEMM (``specs/llama3_last.yaml``).
+viewed out of ``qkv``; embeddings stay in torch. The LM head is Liger's schedule in three
+vocabulary GEMMs (``specs/llama3_lm_head.yaml``): one forward call computes the logits (stored
+in bf16), the loss and, in the same call, the loss's gradients (dlogits in bf16, then dx2,
+dgamma_f and dW_lm), so the logits GEMM runs once; the M x V logits and dlogits live only inside
+that call, and the gradients are held until the backward scales them by the loss's incoming
+gradient (:class:`_LMHead`). No M x V fp32 tensor is made. ``specs/llama3_last.yaml`` (the LM head
+with four vocabulary GEMMs: its backward recomputes the logits) is kept for comparison; the model
+no longer runs it.
 
 Weights are coda's layout (``coda_spec.nn.layout``: fused QKV with rotary pairs adjacent,
 interleaved gate/up), permuted once at load. Sizes: one build of each chain serves every config
@@ -22,9 +27,12 @@ model loads builds and never compiles. A config no build can serve is a ``CodaRu
 naming the ``coda build`` to run.
 
 Memory: ``recompute=True`` runs the layers through ``llama3_layer_recompute`` and
-``llama3_last_recompute``, which save ``h1`` (M x D) instead of the gate/up pre-activation ``z1``
-(M x 2F) and recompute ``z1`` in the backward with one more GEMM per layer; their inputs and the
-outputs the model reads are the plain chains', so :func:`causal_lm_loss` is the same.
+``llama3_last_mlp_recompute``, which save ``h1`` (M x D) instead of the gate/up pre-activation
+``z1`` (M x 2F) and recompute ``z1`` in the backward with one more GEMM per layer; their inputs
+and the outputs the model reads are the plain chains', so :func:`causal_lm_loss` is the same. The
+LM head holds, between forward and backward, dx2 (M x D bf16), dgamma_f and dW_lm (V x D bf16:
+the weight's size, which the backward would make anyway), and inside its call the bf16 logits
+and dlogits, M x V each, with dv2 (M x D fp32); docs/training.md has the arithmetic.
 
 Dtypes: on the GPU the weights are bf16 (the chains' declared dtypes); on the CPU the chains run
 their reference in fp64 or fp32 when every floating input has that dtype (CI's parity tests),
@@ -45,10 +53,13 @@ from coda_spec.nn import layout
 from coda_spec.nn.call import IGNORE_INDEX, checked
 from coda_spec.runtime import Chain, CodaRuntimeError, load
 
-CHAINS = ("llama3_first", "llama3_layer", "llama3_last")
+CHAINS = ("llama3_first", "llama3_layer", "llama3_last_mlp", "llama3_lm_head")
 # recompute=True: the chain that serves each role (the same inputs and outputs the model reads;
 # the MLP's gate/up pre-activation recomputed in the backward instead of saved)
-RECOMPUTE = {"llama3_layer": "llama3_layer_recompute", "llama3_last": "llama3_last_recompute"}
+RECOMPUTE = {
+    "llama3_layer": "llama3_layer_recompute",
+    "llama3_last_mlp": "llama3_last_mlp_recompute",
+}
 
 
 def build_command(recompute: bool = False) -> str:
@@ -174,7 +185,7 @@ def rope_table(shape: LlamaShape, weights=torch.bfloat16, device=None) -> torch.
 
 
 def chain_ops(shape: LlamaShape, builds="build", tuned=None, recompute: bool = False) -> dict:
-    """The three chains' ops at ``shape``'s dims, keyed by role (``CHAINS``): ``builds`` is a
+    """The chains' ops at ``shape``'s dims, keyed by role (``CHAINS``): ``builds`` is a
     build root (their ``-latest`` builds) or ``{chain name: build directory or Chain}``.
     ``recompute``: the layer and last roles are served by ``RECOMPUTE``'s chains (looked up under
     their own names). Loads and re-sizes; compiles nothing."""
@@ -194,7 +205,7 @@ def chain_ops(shape: LlamaShape, builds="build", tuned=None, recompute: bool = F
         dims = {k: v for k, v in shape.dims.items() if k in chain.manifest.static}
         op = ops.op(chain, dims=dims)
         eps = {s.eps for s in op.chain.manifest.all_steps if getattr(s, "op", "") == "rsqrt_mean"}
-        if eps != {shape.eps}:
+        if eps and eps != {shape.eps}:  # the LM head has no norm of its own: it is given r2
             raise CodaRuntimeError(
                 f"{name}'s norms use eps {sorted(eps)}; this config's rms_norm_eps is "
                 f"{shape.eps}: build a copy of the spec with that eps ({command})"
@@ -247,17 +258,41 @@ def causal_lm_loss(
         )
         x, qkv = out["x2"], out["qkv"]
     y = _attention(qkv, shape, b, s, call.mask)
-    lm = root["embed_tokens.weight" if shape.tied else "lm_head.weight"]
     out = within(
         shape.layers - 1,
-        lambda wl: chains["llama3_last"](
-            **mlp(wl, y), gamma_f=root["norm"], w_lm=lm, target=target
-        ),
+        lambda wl: chains["llama3_last_mlp"](**mlp(wl, y), gamma_f=root["norm"]),
     )
     valid = target != IGNORE_INDEX
-    # the LM head writes target_logit only where the target is valid: select, never multiply
-    nll = torch.where(valid, out["lse"] - out["target_logit"], 0.0)
-    return nll.sum() / (valid.sum() if call.n is None else call.n)
+    # the loss's per-row weight: a mean over the valid rows (or over num_items_in_batch)
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    row_w = valid.to(wide) / (valid.sum() if call.n is None else call.n)
+    lm = root["embed_tokens.weight" if shape.tied else "lm_head.weight"]
+    return _LMHead.apply(
+        chains["llama3_lm_head"], out["x2"], out["h2"], out["r2"], root["norm"], lm, target, row_w
+    )
+
+
+class _LMHead(torch.autograd.Function):
+    """The LM head and its loss (``specs/llama3_lm_head.yaml``): one chain call in the forward
+    computes the loss (the chain's ``loss``: the weighted per-row ``nll`` summed in one fixed
+    order, so eager and compiled calls agree bit for bit) AND its gradients (dx2, dgamma_f,
+    dW_lm: Liger's schedule, three vocabulary GEMMs); they are held until the backward, which
+    scales them by the incoming gradient of the loss. Scaling always multiplies (a ``grad == 1``
+    test would read the value back, a host sync). ``h2``, ``r2``, ``target`` and ``row_w`` get
+    no gradient: h2 and r2 are llama3_last_mlp's non-differentiable statistics, so x2's gradient
+    reaches the last layer's backward through x2 alone, and a tied ``w_lm`` (the embedding)
+    sums this gradient with the embedding's own."""
+
+    @staticmethod
+    def forward(ctx, head, x2, h2, r2, gamma_f, w_lm, target, row_w):
+        out = head(x2=x2, h2=h2, r2=r2, gamma_f=gamma_f, w_lm=w_lm, target=target, row_w=row_w)
+        ctx.save_for_backward(out["dx2"], out["dgamma_f"], out["dw_lm"])
+        return out["loss"]
+
+    @staticmethod
+    def backward(ctx, grad):
+        dx2, dgamma_f, dw_lm = ctx.saved_tensors
+        return None, dx2 * grad, None, None, dgamma_f * grad, dw_lm * grad, None, None
 
 
 def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None) -> torch.Tensor:
@@ -283,10 +318,10 @@ class LlamaForCausalLM(torch.nn.Module):
     ``config``: a transformers ``LlamaConfig`` or :class:`LlamaConfig`. ``builds``: a build root
     or ``{chain name: build}`` (:func:`chain_ops`). ``recompute=True``: every layer's MLP
     recomputes its gate/up pre-activation in the backward (one more GEMM per layer) instead of
-    saving it, through ``llama3_layer_recompute`` and ``llama3_last_recompute`` (docs/training.md,
-    "Recompute"). Parameters are created in ``dtype`` on ``device`` with transformers'
-    initialisation (normal(0, 0.02), norms at 1); load weights with :meth:`from_hf` or
-    :meth:`load_hf_state_dict`."""
+    saving it, through ``llama3_layer_recompute`` and ``llama3_last_mlp_recompute``
+    (docs/training.md, "Recompute"). Parameters are created in ``dtype`` on ``device`` with
+    transformers' initialisation (normal(0, 0.02), norms at 1); load weights with
+    :meth:`from_hf` or :meth:`load_hf_state_dict`."""
 
     def __init__(
         self,
