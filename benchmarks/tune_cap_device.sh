@@ -12,15 +12,15 @@
 # then on the device, with carry [".device", "build"]:
 #   BUILDS="llama3_first llama3_layer" bash benchmarks/tune_cap_device.sh
 # Parts, in order, each stopped by BUDGET_S (default 570 s) after the start:
-#   1. the 1B dims,      M = 8192,  ROUNDS (default 2) rounds
-#   2. the 8B-like dims, M = 8192,  ROUNDS rounds
+#   0. with VERIFY=1, coda verify of each build (its real, ragged and small cases)
+#   1. the 1B dims,      the first of MS (default "8192 16384"), ROUNDS (default 2) rounds
+#   2. the 8B-like dims, the same M, ROUNDS rounds
 #   3. cuBLAS's tile shapes (192x192, 320x128) against QuACK's: a bare GEMM at five of the 1B
 #      step's shapes, every candidate and cuBLAS (BARE=0 skips)
-#   4. the 1B dims,      M = 16384, 1 round
-#   5. the 8B-like dims, M = 16384, 1 round
+#   4. the 1B and 8B-like dims at each later size of MS, 1 round
 # Then, if the budget allows, `coda bench` of each build at M = 8192 under the new table
 # (sustained, SoL only: every kernel against cuBLAS at its shape, streamed the same way).
-# Knobs: BUILDS, ROUNDS, SUSTAIN_S (default 0.5), BENCH (default 1; 0 skips the bench part).
+# Knobs: BUILDS, MS, VERIFY, BARE, ROUNDS, SUSTAIN_S (default 0.5), BENCH (default 1; 0 skips the bench part).
 # The table (h200.json), the logs and the bench results go to /tmp/coda-tune/tune/, packed after
 # every part into $OUT/tune.tar.gz; exit status: the first failing part's. Afterwards, here:
 #   python benchmarks/untuned_pick.py tune/h200.json            # the untuned pick, re-learnt
@@ -48,8 +48,6 @@ tune() {  # tune NAME SECONDS M ROUNDS [--dims ...]
     | tee "$out/$name.log"
   pack
 }
-tune tune-1b-8192 200 8192 "$ROUNDS"
-tune tune-8b-8192 200 8192 "$ROUNDS" --dims "$B8"
 # cuBLAS's tile shapes against QuACK's: bare_gemm (benchmarks/cublas_shapes/) at the 1B step's
 # vocabulary and weight-gradient shapes, every candidate timed, and cuBLAS (SoL) at each shape
 bare() {  # bare NAME M DIMS
@@ -60,15 +58,31 @@ bare() {  # bare NAME M DIMS
     --dims "$3" --baselines none --out "$out/bare-$1" 2>&1 | tee -a "$out/bare-$1.log"
   pack
 }
-if [ "${BARE:-1}" = 1 ]; then
-  bare lm_logits 8192 N=128256,K=2048    # logits = h2 @ w_lm^T
-  bare lm_dgrad 8192 N=2048,K=128256     # dv2 = dlogits @ w_lm
-  bare lm_wgrad 128256 N=2048,K=8192     # dW_lm = dlogits^T v2
-  bare wgrad_gu 16384 N=2048,K=8192      # dW_gu = dz1^T v1
-  bare gate_up 8192 N=16384,K=2048       # z1 = h1 @ w_gu^T
+if [ "${VERIFY:-0}" = 1 ]; then  # the builds against their reference first (real, ragged, small)
+  for b in "${builds[@]}"; do
+    short=$(basename "$b" -latest)
+    timeout "$(left 120)" python3 -u -m coda_spec.cli verify "$b" --seed 20261203 2>&1 \
+      | tee "$out/verify-$short.log"
+    pack
+  done
 fi
-tune tune-1b-16384 120 16384 1
-tune tune-8b-16384 120 16384 1 --dims "$B8"
+first=1
+for m in ${MS:-8192 16384}; do  # the first size at ROUNDS rounds, the later ones at 1
+  r=1
+  [ "$first" = 1 ] && r=$ROUNDS
+  tune "tune-1b-$m" 200 "$m" "$r"
+  tune "tune-8b-$m" 200 "$m" "$r" --dims "$B8"
+  if [ "$first" = 1 ]; then
+    if [ "${BARE:-1}" = 1 ]; then
+      bare lm_logits 8192 N=128256,K=2048    # logits = h2 @ w_lm^T
+      bare lm_dgrad 8192 N=2048,K=128256     # dv2 = dlogits @ w_lm
+      bare lm_wgrad 128256 N=2048,K=8192     # dW_lm = dlogits^T v2
+      bare wgrad_gu 16384 N=2048,K=8192      # dW_gu = dz1^T v1
+      bare gate_up 8192 N=16384,K=2048       # z1 = h1 @ w_gu^T
+    fi
+  fi
+  first=0
+done
 if [ "${BENCH:-1}" = 1 ]; then
   for b in "${builds[@]}"; do
     short=$(basename "$b" -latest)
