@@ -28,7 +28,12 @@ from transformers.models.llama import modeling_llama  # noqa: E402
 
 from coda_spec import ops  # noqa: E402
 from coda_spec.nn import LlamaForCausalLM, apply_to_hf_llama, layout  # noqa: E402
-from coda_spec.nn.llama import CHAINS, RECOMPUTE  # noqa: E402
+from coda_spec.nn.llama import (  # noqa: E402
+    CHAINS,
+    LM_HEAD_CHUNK_BYTES,
+    RECOMPUTE,
+    lm_head_chunk,
+)
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_runtime_cpu as rt  # noqa: E402
 
@@ -224,6 +229,50 @@ def test_a_step_runs_three_vocabulary_gemms_and_no_fp32_logits(all_builds, tmp_p
     assert len(_vocabulary_gemms(old_manifest)) == 4
 
 
+def test_the_lm_head_chunk_rule():
+    """C: the most rows, a multiple of 256, whose C x V bf16 logits fit LM_HEAD_CHUNK_BYTES;
+    never more than M; an override as given (at most M)."""
+    assert lm_head_chunk(8192, 128256) == 2048  # Llama-3's vocabulary: 4 chunks of 8192 tokens
+    assert 2048 * 128256 * 2 <= LM_HEAD_CHUNK_BYTES < 2304 * 128256 * 2
+    assert lm_head_chunk(16384, 128256) == 2048
+    assert lm_head_chunk(1000, 128256) == 1000  # fewer tokens than a chunk: one call
+    assert lm_head_chunk(B * S, TINY["vocab_size"]) == B * S  # the tiny model: one chunk
+    assert lm_head_chunk(8192, 4 << 20) == 256  # a huge vocabulary: one tile row, at least
+    assert lm_head_chunk(64, 1024, rows=40) == 40
+    assert lm_head_chunk(0, 128256) == 0
+
+
+def test_a_bad_lm_head_chunk_is_refused(builds):
+    for bad in (0, -8, 12, 8.0, True, "64"):
+        with pytest.raises(CodaRuntimeError, match="lm_head_chunk_rows=.*positive multiple of 8"):
+            LlamaForCausalLM(config(True), builds=builds, lm_head_chunk_rows=bad)
+
+
+def test_a_chunked_lm_head_equals_one_chunk(builds):
+    """Forced chunks of 40 rows (64 tokens: 40 + a ragged 24) give the one-chunk loss and every
+    gradient to fp64 rounding; the LM head chain is called once per chunk."""
+    hf = hf_model(tied=False)
+    ids, labels = batch()
+    got = {}
+    for rows in (None, 40):
+        coda = LlamaForCausalLM.from_hf(hf, builds=builds, lm_head_chunk_rows=rows)
+        head, calls = coda.chains["llama3_lm_head"], []
+
+        def counted(head=head, calls=calls, **kw):
+            calls.append(kw["x2"].shape[0])
+            return head(**kw)
+
+        coda.chains = {**coda.chains, "llama3_lm_head": counted}
+        loss = coda(ids, labels)
+        loss.backward()
+        got[rows] = (loss, coda_grads_as_hf(coda), calls)
+    (loss1, grads1, calls1), (loss2, grads2, calls2) = got[None], got[40]
+    assert (calls1, calls2) == ([B * S], [40, 24])
+    assert rel(loss2, loss1) <= 1e-14, (loss2.item(), loss1.item())
+    worst = {n: rel(grads2[n], grads1[n]) for n in grads1}
+    assert max(worst.values()) <= 1e-13, worst
+
+
 def test_a_missing_recompute_build_names_its_command(builds):
     """The plain builds only: ``recompute=True`` names the recompute chain and the build."""
     want = (
@@ -316,8 +365,9 @@ def test_a_config_the_chains_do_not_compute_is_refused(builds):
 
 def test_the_model_compiles_with_no_graph_break(builds):
     """``torch.compile(fullgraph=True)`` of the model's loss and backward, with the batch's
-    length dynamic: 0 graph breaks (``torch._dynamo.explain``), and the loss is eager's."""
-    coda = LlamaForCausalLM.from_hf(hf_model(tied=True), builds=builds)
+    length dynamic: 0 graph breaks (``torch._dynamo.explain``), and the loss is eager's, bit
+    for bit. The LM head's chunk is forced to 48 rows: two chunks at 64 tokens, one at 32."""
+    coda = LlamaForCausalLM.from_hf(hf_model(tied=True), builds=builds, lm_head_chunk_rows=48)
     ids, labels = batch()
     explained = torch._dynamo.explain(coda)(ids, labels)
     assert explained.graph_break_count == 0, explained.break_reasons

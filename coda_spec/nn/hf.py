@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from coda_spec.nn import layout
 from coda_spec.nn.call import HONOURED, REFUSED
-from coda_spec.nn.llama import LlamaShape, causal_lm_loss, chain_ops, rope_table
+from coda_spec.nn.llama import (
+    LlamaShape,
+    causal_lm_loss,
+    chain_ops,
+    checked_chunk_rows,
+    rope_table,
+)
 
 
 def hf_root(model, shape: LlamaShape) -> dict:
@@ -44,13 +50,16 @@ def hf_layer(layer, shape: LlamaShape) -> dict:
     }
 
 
-def apply_to_hf_llama(model, builds="build", tuned=None, recompute: bool = False):
+def apply_to_hf_llama(
+    model, builds="build", tuned=None, recompute: bool = False, lm_head_chunk_rows=None
+):
     """Patch ``model`` (a transformers ``LlamaForCausalLM``) in place to train through coda's
-    chains (the module docstring); returns it. ``builds``, ``tuned``, ``recompute``: as
-    ``coda_spec.nn.LlamaForCausalLM``'s."""
+    chains (the module docstring); returns it. ``builds``, ``tuned``, ``recompute``,
+    ``lm_head_chunk_rows``: as ``coda_spec.nn.LlamaForCausalLM``'s."""
     from transformers.modeling_outputs import CausalLMOutputWithPast  # the patched model's own
 
     shape = LlamaShape.of(model.config)
+    rows = checked_chunk_rows(lm_head_chunk_rows)
     chains = chain_ops(shape, builds, tuned, recompute=recompute)
     original = model.forward
     tables: dict = {}  # (weights' dtype, device) -> RoPE table: the model may move later
@@ -76,7 +85,10 @@ def apply_to_hf_llama(model, builds="build", tuned=None, recompute: bool = False
         key = (first.dtype, first.device)
         if key not in tables:
             tables[key] = rope_table(shape, first.dtype, first.device)
-        loss = causal_lm_loss(chains, shape, root, within, input_ids, labels, tables[key], **kw)
+        table = tables[key]
+        loss = causal_lm_loss(
+            chains, shape, root, within, input_ids, labels, table, lm_head_chunk_rows=rows, **kw
+        )
         return CausalLMOutputWithPast(loss=loss, logits=None)
 
     model.forward = forward

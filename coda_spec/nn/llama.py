@@ -14,11 +14,13 @@ Attention is torch's SDPA (causal, ``enable_gqa``: the flash kernel on the GPU) 
 viewed out of ``qkv``; embeddings stay in torch. The LM head is Liger's schedule in three
 vocabulary GEMMs (``specs/llama3_lm_head.yaml``): one forward call computes the logits (stored
 in bf16), the loss and, in the same call, the loss's gradients (dlogits in bf16, then dx2,
-dgamma_f and dW_lm), so the logits GEMM runs once; the M x V logits and dlogits live only inside
-that call, and the gradients are held until the backward scales them by the loss's incoming
-gradient (:class:`_LMHead`). No M x V fp32 tensor is made. ``specs/llama3_last.yaml`` (the LM head
-with four vocabulary GEMMs: its backward recomputes the logits) is kept for comparison; the model
-no longer runs it.
+dgamma_f and dW_lm), so the logits GEMM runs once. The model makes that call once per row chunk
+of the M tokens (:func:`lm_head_chunk`: C rows, the C x V logits and dlogits at most
+``LM_HEAD_CHUNK_BYTES`` each), so the bf16 logits and dlogits live only inside one chunk's
+call; the gradients are gathered over the chunks and held until the backward scales them by the
+loss's incoming gradient (:class:`_LMHead`). No M x V fp32 tensor is made, and once M exceeds a
+chunk no M x V bf16 one. ``specs/llama3_last.yaml`` (the LM head with four vocabulary GEMMs: its
+backward recomputes the logits) is kept for comparison; the model no longer runs it.
 
 Weights are coda's layout (``coda_spec.nn.layout``: fused QKV with rotary pairs adjacent,
 interleaved gate/up), permuted once at load. Sizes: one build of each chain serves every config
@@ -31,8 +33,9 @@ Memory: ``recompute=True`` runs the layers through ``llama3_layer_recompute`` an
 ``z1`` (M x 2F) and recompute ``z1`` in the backward with one more GEMM per layer; their inputs
 and the outputs the model reads are the plain chains', so :func:`causal_lm_loss` is the same. The
 LM head holds, between forward and backward, dx2 (M x D bf16), dgamma_f and dW_lm (V x D bf16:
-the weight's size, which the backward would make anyway), and inside its call the bf16 logits
-and dlogits, M x V each, with dv2 (M x D fp32); docs/training.md has the arithmetic.
+the weight's size, which the backward would make anyway), and inside one chunk's call the bf16
+logits and dlogits, C x V each, with dv2 (C x D fp32) and that chunk's dW_lm (V x D bf16, added
+into the held one in bf16); docs/training.md has the arithmetic.
 
 Dtypes: on the GPU the weights are bf16 (the chains' declared dtypes); on the CPU the chains run
 their reference in fp64 or fp32 when every floating input has that dtype (CI's parity tests),
@@ -69,6 +72,42 @@ def build_command(recompute: bool = False) -> str:
 
 
 BUILD_COMMAND = build_command()
+
+# The LM head's row chunk: the most rows C (a multiple of LM_HEAD_CHUNK_ALIGN) whose C x V bf16
+# logits, and its C x V bf16 dlogits, are at most this many bytes each. The runtime holds a chain
+# call's tensors until the call returns, so both live at once, at the end of the forward, when
+# every layer's saved activations do too: 512 MiB keeps the pair at 1 GiB (C = 2048 rows at V =
+# 128256, a quarter of 8192 tokens) and a chunk's logits GEMM still has 16 x 501 output tiles
+# of 128 x 256, enough for every SM.
+LM_HEAD_CHUNK_BYTES = 512 << 20
+# Chunks start at multiples of C: a multiple of 256 (the rule's) or of 8 (an override's) keeps
+# each chunk's 4-byte row vectors (r2, target, row_w) 16-byte aligned, as TMA needs.
+LM_HEAD_CHUNK_ALIGN = 256
+LM_HEAD_OVERRIDE_ALIGN = 8
+
+
+def lm_head_chunk(m: int, vocab: int, rows: int | None = None) -> int:
+    """The LM head's chunk rows at ``m`` tokens and vocabulary ``vocab``: ``rows`` (an
+    override, :func:`checked_chunk_rows`) or the rule: the largest multiple of
+    ``LM_HEAD_CHUNK_ALIGN`` (at least one) with ``C * vocab * 2`` bytes at most
+    ``LM_HEAD_CHUNK_BYTES``; never more than ``m``."""
+    if rows is None:
+        fit = LM_HEAD_CHUNK_BYTES // (2 * vocab) // LM_HEAD_CHUNK_ALIGN
+        rows = LM_HEAD_CHUNK_ALIGN * max(1, fit)
+    return min(rows, m)
+
+
+def checked_chunk_rows(rows) -> int | None:
+    """``lm_head_chunk_rows=`` as given: None (the rule) or a positive multiple of
+    ``LM_HEAD_OVERRIDE_ALIGN``; anything else is a ``CodaRuntimeError``."""
+    ok = isinstance(rows, int) and not isinstance(rows, bool) and rows > 0
+    if rows is None or (ok and rows % LM_HEAD_OVERRIDE_ALIGN == 0):
+        return rows
+    raise CodaRuntimeError(
+        f"lm_head_chunk_rows={rows!r}: give a positive multiple of {LM_HEAD_OVERRIDE_ALIGN} "
+        "(each chunk's row vectors must start 16-byte aligned), or None for the rule "
+        f"(C x V bf16 logits at most {LM_HEAD_CHUNK_BYTES >> 20} MiB)"
+    )
 
 
 @dataclass(frozen=True)
@@ -215,7 +254,16 @@ def chain_ops(shape: LlamaShape, builds="build", tuned=None, recompute: bool = F
 
 
 def causal_lm_loss(
-    chains: dict, shape: LlamaShape, root: dict, within, input_ids, labels, freqs, **kw
+    chains: dict,
+    shape: LlamaShape,
+    root: dict,
+    within,
+    input_ids,
+    labels,
+    freqs,
+    *,
+    lm_head_chunk_rows: int | None = None,
+    **kw,
 ):
     """The loss of a model, the one forward both :class:`LlamaForCausalLM` and the transformers
     patch run. ``root``: the embedding, ``norm`` and (untied) ``lm_head.weight``;
@@ -228,7 +276,10 @@ def causal_lm_loss(
     (``coda_spec.nn.call``): labels shifted here (row ``t`` predicts ``labels[t + 1]``; ``-100``
     is ignored); ``num_items_in_batch`` (transformers' gradient accumulation) divides the summed
     loss instead of the count of valid targets; ``attention_mask`` and ``position_ids`` as
-    transformers' (a padded or packed batch attends through a mask)."""
+    transformers' (a padded or packed batch attends through a mask).
+    ``lm_head_chunk_rows``: the LM head's rows per chunk (:func:`lm_head_chunk`; None: the
+    rule)."""
+    rows = checked_chunk_rows(lm_head_chunk_rows)
     call = checked(input_ids, labels, kw, shape.vocab)
     b, s = call.ids.shape
     m = b * s
@@ -267,32 +318,57 @@ def causal_lm_loss(
     wide = torch.float64 if x.dtype == torch.float64 else torch.float32
     row_w = valid.to(wide) / (valid.sum() if call.n is None else call.n)
     lm = root["embed_tokens.weight" if shape.tied else "lm_head.weight"]
+    c = lm_head_chunk(m, shape.vocab, rows)
+    chunks = tuple((i, min(i + c, m)) for i in range(0, m, c)) if m > c else ((0, m),)
+    head = chains["llama3_lm_head"]
     return _LMHead.apply(
-        chains["llama3_lm_head"], out["x2"], out["h2"], out["r2"], root["norm"], lm, target, row_w
+        head, chunks, out["x2"], out["h2"], out["r2"], root["norm"], lm, target, row_w
     )
 
 
 class _LMHead(torch.autograd.Function):
-    """The LM head and its loss (``specs/llama3_lm_head.yaml``): one chain call in the forward
-    computes the loss (the chain's ``loss``: the weighted per-row ``nll`` summed in one fixed
-    order, so eager and compiled calls agree bit for bit) AND its gradients (dx2, dgamma_f,
-    dW_lm: Liger's schedule, three vocabulary GEMMs); they are held until the backward, which
-    scales them by the incoming gradient of the loss. Scaling always multiplies (a ``grad == 1``
-    test would read the value back, a host sync). ``h2``, ``r2``, ``target`` and ``row_w`` get
-    no gradient: h2 and r2 are llama3_last_mlp's non-differentiable statistics, so x2's gradient
-    reaches the last layer's backward through x2 alone, and a tied ``w_lm`` (the embedding)
-    sums this gradient with the embedding's own."""
+    """The LM head and its loss (``specs/llama3_lm_head.yaml``), one chain call per row chunk
+    (``chunks``: ``(start, stop)`` pairs covering the M rows): each call computes its rows'
+    loss (the chain's ``loss``: the weighted per-row ``nll`` summed in one fixed order) AND their
+    gradients (dx2, dgamma_f, dW_lm: Liger's schedule, three vocabulary GEMMs). The chunks'
+    losses are added in chunk order, so eager and compiled calls agree bit for bit; dx2's rows
+    are the chunks' (one ``cat``); dgamma_f (fp32) and dW_lm (bf16, the chunk's rounded result
+    added in bf16: Liger's default; an fp32 accumulator would be V x D fp32 at the peak) are
+    summed over the chunks. They are held until the backward, which scales them by the incoming
+    gradient of the loss. Scaling always multiplies (a ``grad == 1`` test would read the value
+    back, a host sync). ``h2``, ``r2``, ``target`` and ``row_w`` get no gradient: h2 and r2 are
+    llama3_last_mlp's non-differentiable statistics, so x2's gradient reaches the last layer's
+    backward through x2 alone, and a tied ``w_lm`` (the embedding) sums this gradient with the
+    embedding's own."""
 
     @staticmethod
-    def forward(ctx, head, x2, h2, r2, gamma_f, w_lm, target, row_w):
-        out = head(x2=x2, h2=h2, r2=r2, gamma_f=gamma_f, w_lm=w_lm, target=target, row_w=row_w)
-        ctx.save_for_backward(out["dx2"], out["dgamma_f"], out["dw_lm"])
-        return out["loss"]
+    def forward(ctx, head, chunks, x2, h2, r2, gamma_f, w_lm, target, row_w):
+        loss = dgamma_f = dw_lm = None
+        dx2 = []
+        for i, j in chunks:
+            out = head(
+                x2=x2[i:j],
+                h2=h2[i:j],
+                r2=r2[i:j],
+                gamma_f=gamma_f,
+                w_lm=w_lm,
+                target=target[i:j],
+                row_w=row_w[i:j],
+            )
+            dx2.append(out["dx2"])
+            if loss is None:
+                loss, dgamma_f, dw_lm = out["loss"], out["dgamma_f"], out["dw_lm"]
+            else:
+                loss = loss + out["loss"]
+                dgamma_f = dgamma_f + out["dgamma_f"]
+                dw_lm = dw_lm.add_(out["dw_lm"])  # the chunk's own buffer: no V x D copy
+        ctx.save_for_backward(dx2[0] if len(dx2) == 1 else torch.cat(dx2), dgamma_f, dw_lm)
+        return loss
 
     @staticmethod
     def backward(ctx, grad):
         dx2, dgamma_f, dw_lm = ctx.saved_tensors
-        return None, dx2 * grad, None, None, dgamma_f * grad, dw_lm * grad, None, None
+        return None, None, dx2 * grad, None, None, dgamma_f * grad, dw_lm * grad, None, None
 
 
 def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None) -> torch.Tensor:
@@ -319,7 +395,8 @@ class LlamaForCausalLM(torch.nn.Module):
     or ``{chain name: build}`` (:func:`chain_ops`). ``recompute=True``: every layer's MLP
     recomputes its gate/up pre-activation in the backward (one more GEMM per layer) instead of
     saving it, through ``llama3_layer_recompute`` and ``llama3_last_mlp_recompute``
-    (docs/training.md, "Recompute"). Parameters are created in ``dtype`` on ``device`` with
+    (docs/training.md, "Recompute"). ``lm_head_chunk_rows``: the LM head's rows per chunk (None:
+    the rule, :func:`lm_head_chunk`). Parameters are created in ``dtype`` on ``device`` with
     transformers' initialisation (normal(0, 0.02), norms at 1); load weights with
     :meth:`from_hf` or :meth:`load_hf_state_dict`."""
 
@@ -331,10 +408,12 @@ class LlamaForCausalLM(torch.nn.Module):
         dtype=torch.bfloat16,
         device=None,
         recompute: bool = False,
+        lm_head_chunk_rows: int | None = None,
     ):
         super().__init__()
         self.config = config
         self.recompute = bool(recompute)
+        self.lm_head_chunk_rows = checked_chunk_rows(lm_head_chunk_rows)
         self.shape = sh = LlamaShape.of(config)
         self.chains = chain_ops(sh, builds, tuned, recompute=self.recompute)
         kw = {"dtype": dtype, "device": device}
@@ -366,7 +445,15 @@ class LlamaForCausalLM(torch.nn.Module):
             return layers[i](fn)
 
         return causal_lm_loss(
-            self.chains, self.shape, root, within, input_ids, labels, self.freqs, **kw
+            self.chains,
+            self.shape,
+            root,
+            within,
+            input_ids,
+            labels,
+            self.freqs,
+            lm_head_chunk_rows=self.lm_head_chunk_rows,
+            **kw,
         )
 
     @classmethod
