@@ -33,9 +33,10 @@ RENAMED = {"lm_head_logits": "lm_head_lse"}
 def main(argv: list[str]) -> int:
     old_path, root, out = argv
     old = json.loads(Path(old_path).read_text())
-    by_spec = {}
+    by_spec, meta = {}, {}
     for key, build in old["builds"].items():
         by_spec.setdefault(build["spec"], build["kernels"])
+        meta.setdefault(build["spec"], {k: v for k, v in build.items() if k != "kernels"})
     builds = {}
     for spec, sources in SOURCES.items():
         latest = Path(root) / f"{spec}-latest"
@@ -50,14 +51,20 @@ def main(argv: list[str]) -> int:
             name = RENAMED.get(step, step)
             for src in sources:
                 rows = by_spec.get(src, {}).get(name)
-                if rows:
-                    kernels[step] = [
-                        {**r, "candidates": {r["config"]: r["ms"]}, "spread": {}}
-                        for r in rows
-                        if r["config"] in variants
-                    ]
+                kept = [
+                    {**r, "candidates": {r["config"]: r["ms"]}, "spread": {}}
+                    for r in rows or []
+                    if r["config"] in variants
+                ]
+                if kept:
+                    kernels[step] = kept
                     break
-        builds[latest.resolve().name] = {"spec": spec, "kernels": kernels}
+        first = meta[sources[0]]
+        note = (
+            f"the picks of {', '.join(sources)} as tuned {first.get('date', '?')} (isolated "
+            "ruler, three candidates), moved onto this build by benchmarks/old_picks.py"
+        )
+        builds[latest.resolve().name] = {**first, "spec": spec, "note": note, "kernels": kernels}
         print(f"{latest.resolve().name}: old picks for {len(kernels)} kernel(s)", file=sys.stderr)
     Path(out).write_text(json.dumps({"format": old["format"], "builds": builds}, indent=1))
     return 0

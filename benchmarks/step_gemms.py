@@ -279,7 +279,14 @@ def render(doc: dict) -> str:
 
 # -- the GPU side (children) ---------------------------------------------------------------------
 def _sizes(chain, m: int) -> dict:
-    return {**chain.manifest.static, chain.manifest.dynamic: m}
+    """The sizes ``chain`` is called at in a step of ``m`` tokens: the LM head runs in row chunks
+    (``coda_spec.nn.llama.lm_head_chunk``), every other chain over all ``m`` rows."""
+    from coda_spec.nn.llama import lm_head_chunk
+
+    static = chain.manifest.static
+    if chain.name.startswith("llama3_lm_head"):
+        m = lm_head_chunk(m, static["V"])
+    return {**static, chain.manifest.dynamic: m}
 
 
 def coda_resolver(model, m: int):

@@ -20,7 +20,7 @@
 #   4. the 1B and 8B-like dims at each later size of MS, 1 round
 # Then, if the budget allows, `coda bench` of each build at M = 8192 under the new table
 # (sustained, SoL only: every kernel against cuBLAS at its shape, streamed the same way).
-# Knobs: BUILDS, MS, VERIFY, BARE, ROUNDS, SUSTAIN_S (default 0.5), BENCH (default 1; 0 skips the bench part).
+# Knobs: BUILDS, MS, DIMS ("1b 8b"), VERIFY, BARE, ROUNDS, SUSTAIN_S (default 0.5), BENCH (default 1; 0 skips the bench part).
 # The table (h200.json), the logs and the bench results go to /tmp/coda-tune/tune/, packed after
 # every part into $OUT/tune.tar.gz; exit status: the first failing part's. Afterwards, here:
 #   python benchmarks/untuned_pick.py tune/h200.json            # the untuned pick, re-learnt
@@ -70,8 +70,8 @@ first=1
 for m in ${MS:-8192 16384}; do  # the first size at ROUNDS rounds, the later ones at 1
   r=1
   [ "$first" = 1 ] && r=$ROUNDS
-  tune "tune-1b-$m" 200 "$m" "$r"
-  tune "tune-8b-$m" 200 "$m" "$r" --dims "$B8"
+  case " ${DIMS:-1b 8b} " in *" 1b "*) tune "tune-1b-$m" 200 "$m" "$r" ;; esac
+  case " ${DIMS:-1b 8b} " in *" 8b "*) tune "tune-8b-$m" 200 "$m" "$r" --dims "$B8" ;; esac
   if [ "$first" = 1 ]; then
     if [ "${BARE:-1}" = 1 ]; then
       bare lm_logits 8192 N=128256,K=2048    # logits = h2 @ w_lm^T

@@ -281,3 +281,16 @@ def test_step_gemms_refuses_bad_arguments():
     with pytest.raises(ValueError, match="unknown mode"):
         G.check(G.parser().parse_args(["--out", "x", "--modes", "coda,nope"]))
     assert G.check(G.parser().parse_args(["--out", "x"])) == ["coda", "hf-compile-nomask", "hf"]
+
+
+def test_the_lm_head_is_sized_at_its_chunk_rows():
+    """The step calls llama3_lm_head once per row chunk (2048 rows at V = 128256), so the rulers
+    and the shape column read it there, not at the step's 8192 tokens (the first H200 run of
+    step_gemms predicted the head at 8192 rows, four times over)."""
+
+    def chain(name):
+        static = {"D": 2048, "V": 128256}
+        return SimpleNamespace(name=name, manifest=SimpleNamespace(static=static, dynamic="M"))
+
+    assert G._sizes(chain("llama3_lm_head"), 8192)["M"] == 2048
+    assert G._sizes(chain("llama3_layer"), 8192)["M"] == 8192
