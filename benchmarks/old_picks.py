@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     old_path, root, out = argv
     old = json.loads(Path(old_path).read_text())
     by_spec, meta = {}, {}
-    for key, build in old["builds"].items():
+    for build in old["builds"].values():
         by_spec.setdefault(build["spec"], build["kernels"])
         meta.setdefault(build["spec"], {k: v for k, v in build.items() if k != "kernels"})
     builds = {}
