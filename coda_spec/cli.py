@@ -317,9 +317,9 @@ BUILD_HELP = f"""Compile specs for sm_90a (no GPU needed) into BUILDS/<name>-<ha
     "--config",
     "config_text",
     default=None,
-    help="Tile/cluster/schedule, e.g. 128x128,cluster=2x1,pingpong (the default); several "
-    "candidates separated by ';' (the first is the fallback), or 'auto'; coda tune picks among "
-    "them per kernel and shape. Overrides the spec's own configs: list.",
+    help="Tile/cluster/schedule, e.g. 128x256,cluster=2x1,cooperative,cstages=2 (the default); "
+    "several candidates separated by ';' (the first is the fallback), or 'auto'; coda tune picks "
+    "among them per kernel and shape. Overrides the spec's own configs: list.",
 )
 @click.option(
     "--stop-after",

@@ -1,10 +1,13 @@
 """Build configuration: the GEMM tile/cluster/schedule of a kernel, and a build's candidates.
 
-The default (``DEFAULT``: 128 x 128 tile, 2 x 1 cluster, pingpong) is the untuned pick, chosen
-from the tune data: over the catalogue's 84 kernel x shape picks on the H200 it was within 5% of
-the fastest candidate in 82 and 0.7% off it in geometric mean, where the earlier default
-(cooperative 128 x 256) was within 5% in 29 (docs/tuning.md, "The untuned pick").
-``BuildConfig()``'s own field defaults are that earlier default, so that a manifest's config key
+The default (``DEFAULT``: 128 x 256 tile, 2 x 1 cluster, cooperative, two C subtiles
+prefetched) is the untuned pick, chosen from the tune data at the power cap: over the llama3
+model chains' 57 kernel x shape points, timed on the H200 the way a training step runs them (a
+sustained stream at 700 W), it was within 5% of the fastest candidate in 48 and 2.4% off it in
+geometric mean, where the earlier pick (pingpong 128 x 128, 2 x 1) was within 5% in 29. That
+earlier pick had won on kernels timed alone after an L2 flush, at clocks no training step gets
+(docs/tuning.md, "The untuned pick", has both tables). ``BuildConfig()``'s own field defaults
+are the cooperative 128 x 256 tile without the epilogue knob, so that a manifest's config key
 stays as short as it was. Pingpong needs tile_N <= 208 at tile_M = 128 (QuACK 0.6.5). A config
 is one frozen object passed down through lowering, compile and manifest.
 
@@ -123,16 +126,16 @@ EPILOGUE_KNOBS = ("epi_n", "c_stages")
 
 # The untuned pick: every kernel's config when neither --config nor the spec's configs: name one
 # (the module docstring says why this one).
-DEFAULT = BuildConfig(tile_n=128, pingpong=True)
+DEFAULT = BuildConfig(c_stages=2)
 
 
-# ``--config auto``: issue 9's candidate space, the default (pingpong 128x128, 2x1) first (every
-# kernel's fallback): cooperative 128x256, 256x128, 128x128 and pingpong 128x192, 128x128,
-# 128x64, each at clusters 2x1, 1x2 and 1x1, plus four epilogue-stage variants at cluster 2x1
-# (22 candidates; a kernel keeps those its primitives support and whose SASS does not spill).
-# Compile cost grows with it: about 22x a one-config build. QuACK's own sm90 autotuner space
-# (quack.gemm_config.get_all_configs) has no 1x1 cluster and adds 192x128 pingpong and
-# 128x160/224, 256x160/192 tiles; measured here (docs/benchmarks.md), a 1x1
+# ``--config auto``: issue 9's candidate space, the default (cooperative 128x256, 2x1,
+# cstages=2) first (every kernel's fallback): cooperative 128x256, 256x128, 128x128 and pingpong
+# 128x192, 128x128, 128x64, each at clusters 2x1, 1x2 and 1x1, plus four epilogue-stage
+# variants at cluster 2x1 (22 candidates; a kernel keeps those its primitives support and whose
+# SASS does not spill). Compile cost grows with it: about 22x a one-config build. QuACK's own
+# sm90 autotuner space (quack.gemm_config.get_all_configs) has no 1x1 cluster and adds 192x128
+# pingpong and 128x160/224, 256x160/192 tiles; measured here (docs/benchmarks.md), a 1x1
 # cluster was the second-best b2 config at D = 2048, so it stays in.
 _TILES = (
     ("128x256", "cooperative"),
@@ -142,21 +145,19 @@ _TILES = (
     ("128x128", "pingpong"),
     ("128x64", "pingpong"),
 )
-AUTO = tuple(
-    sorted(
-        (
-            f"{tile},cluster={cluster},{schedule}"
-            for tile, schedule in _TILES
-            for cluster in ("2x1", "1x2", "1x1")
-        ),
-        key=lambda text: text != "128x128,cluster=2x1,pingpong",  # the default, first
-    )
-) + (
+_DEFAULT_TEXT = "128x256,cluster=2x1,cooperative,cstages=2"  # DEFAULT, in --config syntax
+AUTO = (
+    _DEFAULT_TEXT,
+    *(
+        f"{tile},cluster={cluster},{schedule}"
+        for tile, schedule in _TILES
+        for cluster in ("2x1", "1x2", "1x1")
+    ),
     # Measured on b2 (docs/benchmarks.md): a narrower epilogue subtile or a shallower C prefetch
-    # buys the mainloop a third A/B stage (cooperative 128x256: 3.84 -> 2.57 ms at D = 4096),
-    # and 128x192 pingpong, which spills at QuACK's epilogue subtile, fits at epi=16.
+    # buys the mainloop a third A/B stage (cooperative 128x256: 3.84 -> 2.57 ms at D = 4096), and
+    # 128x192 pingpong, which spills at QuACK's epilogue subtile, fits at epi=16. (The fourth,
+    # cstages=2, is the default, first.)
     "128x256,cluster=2x1,cooperative,epi=16",
-    "128x256,cluster=2x1,cooperative,cstages=2",
     "128x128,cluster=2x1,pingpong,epi=16",
     "128x192,cluster=2x1,pingpong,epi=16",
 )

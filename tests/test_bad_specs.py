@@ -48,7 +48,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "schema_bad_dtype": [(7, 31, "fp8_e4m3, fp8_e5m2; did you mean 'bf16'?")],
     "schema_bad_finalize_op": [(14, 16, "did you mean 'rsqrt_mean'?")],
     "gemm_fp8_default_config": [
-        (26, 11, "the gemm cannot be built at 128x128,cluster=2x1,pingpong (the default config"),
+        (26, 11, "built at 128x256,cluster=2x1,cooperative,cstages=2 (the default config"),
         (38, 11, "list configs: that suit this kernel first"),
     ],
     "schema_flow_comma_split": [(7, 57, "unknown key 'in)'; a comma inside {...} splits")],

@@ -165,8 +165,8 @@ def test_the_default_config_is_refused_at_the_gemm():
     d = e.value.diagnostics[0]
     assert (d.line, d.col) == (29, 11)
     assert d.message.startswith(
-        "cannot build the gemm at 128x128,cluster=2x1,pingpong: an fp8 GEMM at this tile holds "
-        "128 fp32 accumulator elements per thread"
+        "cannot build the gemm at 128x256,cluster=2x1,cooperative,cstages=2: an fp8 GEMM at this "
+        "tile holds 128 fp32 accumulator elements per thread"
     )
     assert "128x128,cluster=2x1,cooperative" in d.hint
 

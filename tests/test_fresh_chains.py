@@ -1,6 +1,7 @@
 """The fresh chains of issue 21's untuned-vs-tuned check (benchmarks/fresh_chains/) stay valid:
 each checks clean, its math equals its ``equivalent_to`` in fp64, and it lowers at the untuned
-pick and at every candidate of ``benchmarks/fresh_candidates.txt`` (what the H200 run built)."""
+pick and at every candidate of ``benchmarks/fresh_candidates.txt`` (what the H200 run built; its
+first, issue 21's untuned pick, is the fallback)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def test_a_fresh_chain_is_proven(path):
 @pytest.mark.parametrize("path", FRESH, ids=lambda p: p.stem)
 def test_a_fresh_chain_lowers_at_every_candidate(path):
     configs = parse_configs(CANDIDATES)
-    assert configs[0] == DEFAULT
+    assert DEFAULT in configs  # the untuned pick is one of them (issue 21's was the first)
     _, variants, dropped = lower_variants(check_file(path), configs)
     assert dropped == []
     assert all(len(v) == len(configs) for v in variants.values())

@@ -28,7 +28,7 @@ TWO = "128x256,cluster=2x1,cooperative;128x128,cluster=2x1,pingpong"
 @pytest.mark.parametrize(
     "text, want",
     [
-        (None, ["128x128,cluster=2x1,pingpong"]),
+        (None, ["128x256,cluster=2x1,cooperative,cstages=2"]),
         ("128x192,cluster=1x1,pingpong", ["128x192,cluster=1x1,pingpong"]),
         (TWO, TWO.split(";")),
         ("auto", list(AUTO)),
@@ -41,6 +41,9 @@ def test_parse_configs(text, want):
 
 def test_auto_starts_with_the_default():
     assert parse_configs("auto")[0] == DEFAULT == parse_configs(None)[0]
+    # issue 9's 22 candidates, each once; the earlier untuned pick stays one of them
+    assert len(AUTO) == len(set(parse_configs("auto"))) == 22
+    assert "128x128,cluster=2x1,pingpong" in AUTO[1:]
 
 
 def test_a_config_listed_twice_is_refused():
