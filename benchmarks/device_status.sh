@@ -18,3 +18,20 @@ left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
   local r=$(( end - $(date +%s) ))
   r=$(( r > $1 ? $1 : r )); echo $(( r < 1 ? 1 : r ))
 }
+
+# The results folder of the scripts that time at the power cap: `results NAME` makes
+# /tmp/coda-NAME/NAME ($out), records the board as found (date.txt; gpu.txt: its cap, its clocks
+# and which telemetry source the samplers will find) and packs it; `pack` tars $out into
+# $OUT/NAME.tar.gz, after every part.
+results() {
+  results_name=$1
+  out=/tmp/coda-$1/$1
+  mkdir -p "$out"
+  date -u > "$out/date.txt"
+  nvidia-smi --query-gpu=name,driver_version,power.limit,enforced.power.limit,clocks.max.sm,clocks.sm,power.draw \
+    --format=csv > "$out/gpu.txt" 2>&1
+  python3 -c "import pynvml; print('pynvml', pynvml.__file__)" >> "$out/gpu.txt" 2>&1 \
+    || echo "no pynvml: the samplers read nvidia-smi" >> "$out/gpu.txt"
+  pack
+}
+pack() { tar -czf "${OUT:-/tmp/coda-$results_name}/$results_name.tar.gz" -C "$out" .; }

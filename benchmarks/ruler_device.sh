@@ -26,16 +26,7 @@ source .device/setup.sh
 M=${M:-8192}
 ROUNDS=${ROUNDS:-3}
 SUSTAIN_S=${SUSTAIN_S:-0.5}
-out=/tmp/coda-ruler/ruler
-mkdir -p "$out"
-pack() { tar -czf "${OUT:-/tmp/coda-ruler}/ruler.tar.gz" -C "$out" .; }
-date -u > "$out/date.txt"
-# the board as found (its cap, its clocks) and which telemetry source the ruler will find
-nvidia-smi --query-gpu=name,driver_version,power.limit,enforced.power.limit,clocks.max.sm,clocks.sm,power.draw \
-  --format=csv > "$out/gpu.txt" 2>&1
-python3 -c "import pynvml; print('pynvml', pynvml.__file__)" >> "$out/gpu.txt" 2>&1 \
-  || echo "no pynvml: the ruler reads nvidia-smi" >> "$out/gpu.txt"
-pack
+results ruler  # $out, pack, date.txt and gpu.txt (benchmarks/device_status.sh)
 bench() {  # bench NAME BUILD SECONDS ARGS...: one coda bench, its table in NAME.log
   local name=$1 build=$2 secs=$3
   shift 3

@@ -35,14 +35,7 @@ WARMUP=${WARMUP:-3}
 ROUNDS=${ROUNDS:-2}
 TUNED_OLD=${TUNED_OLD:-tuned_old.json}
 MODES=${MODES:-coda,coda@old,hf,hf-compile-nomask,liger}
-out=/tmp/coda-step/step
-mkdir -p "$out"
-pack() { tar -czf "${OUT:-/tmp/coda-step}/step.tar.gz" -C "$out" .; }
-date -u > "$out/date.txt"
-nvidia-smi --query-gpu=name,driver_version,power.limit,enforced.power.limit,clocks.max.sm,clocks.sm,power.draw \
-  --format=csv > "$out/gpu.txt" 2>&1
-python3 -c "import pynvml; print('pynvml', pynvml.__file__)" >> "$out/gpu.txt" 2>&1 \
-  || echo "no pynvml: the sampler reads nvidia-smi" >> "$out/gpu.txt"
+results step  # $out, pack, date.txt and gpu.txt (benchmarks/device_status.sh)
 tuned=()
 [ -n "${TUNED:-}" ] && tuned=(--tuned "$TUNED")
 if [ ! -f "$TUNED_OLD" ]; then

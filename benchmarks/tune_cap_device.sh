@@ -30,13 +30,7 @@ source benchmarks/device_status.sh  # pipefail; a failed part fails the script; 
 source .device/setup.sh
 ROUNDS=${ROUNDS:-2}
 SUSTAIN_S=${SUSTAIN_S:-0.5}
-out=/tmp/coda-tune/tune
-mkdir -p "$out"
-pack() { tar -czf "${OUT:-/tmp/coda-tune}/tune.tar.gz" -C "$out" .; }
-date -u > "$out/date.txt"
-nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.sm,power.draw \
-  --format=csv > "$out/gpu.txt" 2>&1
-pack
+results tune  # $out, pack, date.txt and gpu.txt (benchmarks/device_status.sh)
 builds=()
 for b in ${BUILDS:-llama3_first llama3_layer}; do builds+=("build/$b-latest"); done
 B8=D=4096,F=14336,HD=128
