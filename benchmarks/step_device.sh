@@ -14,16 +14,18 @@
 # Parts, in order of importance (each stops by BUDGET_S, default 560 s, after the start; a
 # later part gets what is left, so a call's limit keeps what ran; PARTS picks some, in order):
 #   step1b  train_step 1B 2x4096 fwdbwd: coda, coda@old, hf, hf-compile-nomask, liger, --profile
-#           (about 150 s: 5 processes, compile's first step about 40 s)
-#   gemms   step_gemms 1B 2x4096: coda (+ the rulers' prediction) and hf-compile-nomask
+#           (about 180 s: 5 processes, compile's first step 50-80 s)
+#   gemms   step_gemms 1B 2x4096: coda (+ the rulers' prediction: PREDICT, default all) and
+#           hf-compile-nomask (GEMM_MODES)
 #           (about 120 s: the sustained ruler over 28 kernels x ROUNDS streams, then isolated)
-#   shapes  train_step 1B 1x8192 and 8B-like 4 layers 2x4096, the same modes (about 150 s each)
+#   shapes  train_step 1B 1x8192 and 8B-like 4 layers 2x4096, the same modes (about 180 s each)
 #   adamw   train_step 1B 2x4096 adamw: coda, hf-compile-nomask (about 70 s)
 # At 560 s the last parts are cut (their JSON keeps the modes that ran, the others are rows
 # with error "budget"); run them in a second call with PARTS="shapes adamw".
 # Knobs: STEPS (20), WARMUP (3), ROUNDS (sustained rounds, 2), TUNED (the new table; default:
 # the search path, i.e. the shipped coda_spec/tuned/h200.json), TUNED_OLD (tuned_old.json),
-# MODES (coda,coda@old,hf,hf-compile-nomask,liger), PARTS.
+# MODES (coda,coda@old,liger,hf,hf-compile-nomask: compile, whose first step is the longest,
+# last, so a short budget cuts it rather than the others), PARTS.
 # Logs and results (step-*.json/.log, gemms.json/.md/.log) go to /tmp/coda-step/step/, packed
 # after every part into $OUT/step.tar.gz; the exit status is the first failing part's
 # (benchmarks/device_status.sh).
@@ -34,7 +36,7 @@ STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 ROUNDS=${ROUNDS:-2}
 TUNED_OLD=${TUNED_OLD:-tuned_old.json}
-MODES=${MODES:-coda,coda@old,hf,hf-compile-nomask,liger}
+MODES=${MODES:-coda,coda@old,liger,hf,hf-compile-nomask}
 results step  # $out, pack, date.txt and gpu.txt (benchmarks/device_status.sh)
 tuned=()
 [ -n "${TUNED:-}" ] && tuned=(--tuned "$TUNED")
@@ -56,18 +58,18 @@ step() {  # step NAME SECONDS ARGS...: one train_step invocation, its table in N
 }
 for part in ${PARTS:-step1b gemms shapes adamw}; do
   case "$part" in
-  step1b) step step-1b-2x4096-fwdbwd 200 --shape 1b-2x4096 --kind fwdbwd --modes "$MODES" --profile ;;
+  step1b) step step-1b-2x4096-fwdbwd 195 --shape 1b-2x4096 --kind fwdbwd --modes "$MODES" --profile ;;
   gemms)
     s=$(left 150)
     timeout "$(( s + 15 ))" python3 benchmarks/step_gemms.py --shape 1b-2x4096 \
-      --modes coda,hf-compile-nomask --steps "$STEPS" --warmup "$WARMUP" --rounds "$ROUNDS" \
-      --predict both --budget-s "$s" --timeout 150 "${tuned[@]}" --out "$out/gemms.json" \
+      --modes "${GEMM_MODES:-coda,hf-compile-nomask}" --steps "$STEPS" --warmup "$WARMUP" \
+      --rounds "$ROUNDS" --predict "${PREDICT:-all}" --budget-s "$s" --timeout 150 "${tuned[@]}" --out "$out/gemms.json" \
       --markdown "$out/gemms.md" 2>&1 | grep -v DEBUG | tee "$out/gemms.log"
     pack
     ;;
   shapes)
-    step step-1b-1x8192-fwdbwd 160 --shape 1b-1x8192 --kind fwdbwd --modes "$MODES" --profile
-    step step-8b-layer4-2x4096-fwdbwd 160 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "$MODES" --profile
+    step step-1b-1x8192-fwdbwd 190 --shape 1b-1x8192 --kind fwdbwd --modes "$MODES" --profile
+    step step-8b-layer4-2x4096-fwdbwd 190 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "$MODES" --profile
     ;;
   adamw) step step-1b-2x4096-adamw 90 --shape 1b-2x4096 --kind adamw --modes coda,hf-compile-nomask ;;
   *) echo "unknown part $part (parts: step1b gemms shapes adamw)" >&2; false ;;

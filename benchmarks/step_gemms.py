@@ -26,7 +26,10 @@ the step's dims (``coda_spec.nn.llama.chain_ops``, the same tune table), draws t
 the step's M as ``coda bench`` does (``coda_spec.bench.driver.draw``) and times every kernel step
 alone (``Chain.steps_fn``) with ``coda bench``'s rulers (``coda_spec.bench.driver.Options``):
 ``sustained`` (``--rounds`` streams of ``--sustain-s`` s each at the power cap, clock and power
-sampled) and, with ``--predict both``, ``isolated`` (20 L2-flushed calls). Then, per ruler
+sampled) and, with ``--predict both``, ``isolated`` (20 L2-flushed calls). ``--predict replay``
+times them instead by replaying each chain's part of the step as the model runs it, attention
+included (``benchmarks/role_replay.py``: the step's power mix, one role at a time); ``all``: the
+three rulers. Then, per ruler
 (:func:`predict`)::
 
     predicted = sum over coda's GEMM kernels (ruler ms x calls per step) + non-GEMM
@@ -52,15 +55,18 @@ import signal
 import statistics
 import sys
 import time
+import types
 from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: train_step
 import train_step as T  # noqa: E402
+from role_replay import role_fns, time_roles  # noqa: E402
 
 CODA_GEMM = re.compile(r"GemmMod_coda_(\w+?)_([0-9a-f]{16})_")
-RULERS = ("sustained", "isolated")
-PREDICT = ("sustained", "both", "none")
+RULERS = ("sustained", "isolated", "replay")
+# sustained; sustained and isolated; replay (benchmarks/role_replay.py); all three; none
+PREDICT = ("sustained", "both", "replay", "all", "none")
 
 
 def say(msg: str) -> None:
@@ -241,7 +247,8 @@ def render(doc: dict) -> str:
         ]
         ruler = res.get("ruler") or {}
         head = ["kernel", "config / op", "M", "N", "K", "calls/step", "µs/call", "ms/step"]
-        head += ["TFLOP/s", "sustained µs", "sustained MHz", "isolated µs"]
+        head += ["TFLOP/s", "sustained µs", "sustained MHz", "isolated µs", "replay µs"]
+        head += ["replay MHz"]
         out += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         for r in res["gemms"]:
             k = ruler.get(r["kernel"]) or {}
@@ -260,6 +267,8 @@ def render(doc: dict) -> str:
                 _f(None if k.get("sustained") is None else k["sustained"] * 1e3, ".1f"),
                 _f(k.get("sustained_mhz"), ".0f"),
                 _f(None if k.get("isolated") is None else k["isolated"] * 1e3, ".1f"),
+                _f(None if k.get("replay") is None else k["replay"] * 1e3, ".1f"),
+                _f(k.get("replay_mhz"), ".0f"),
             ]
             out.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
         out.append("")
@@ -374,11 +383,14 @@ def ruler_child(args) -> dict:
     _, b, s = T.SHAPES[args.shape]
     ops = chain_ops(LlamaShape.of(cfg), args.builds, tuned, recompute="recompute" in base)
     opts = Options(rounds=args.rounds, warmup=2, sustain_s=args.sustain_s, kernels=True)
-    cands, keep = {}, []
-    for op in ops.values():
+    cands, keep, drawn = {}, [], {}
+    for role, op in ops.items():
         chain = op.chain
         sizes = _sizes(chain, b * s)
         _, inputs, grads = draw(chain, chain.checked(), sizes, opts)
+        if args.predict in ("replay", "all"):  # the replay takes every role at the step's M
+            full = {**sizes, chain.manifest.dynamic: b * s}
+            drawn[role] = inputs if full == sizes else draw(chain, chain.checked(), full, opts)[1]
         env = chain.run(dict(inputs), grads=dict(grads) if grads else None)
         keep.append(env)
         for st in chain.manifest.kernel_steps():
@@ -386,16 +398,24 @@ def ruler_child(args) -> dict:
                 cands[f"{chain.name}/{st.name}"] = chain.steps_fn(env, sizes, [st])
     clock = CudaClock()
     sampler = open_sampler(*device_ids())
+    out, failed = {}, {}
     try:
-        say(f"ruler: {len(cands)} kernels, sustained ({sampler.source or 'no telemetry'})")
-        stats, failed, _ = opts.time(cands, clock, sampler, progress=say)
+        if args.predict in ("replay", "all"):
+            fns = role_fns(ops, LlamaShape.of(cfg), b, s, drawn)
+            model = types.SimpleNamespace(chains=ops)
+            got = time_roles(fns, coda_resolver(model, b * s), args.sustain_s, 3, sampler, say)
+            for k, v in got.items():
+                out.setdefault(k, {}).update(v)
+        if args.predict != "replay":
+            say(f"ruler: {len(cands)} kernels, sustained ({sampler.source or 'no telemetry'})")
+            stats, failed, _ = opts.time(cands, clock, sampler, progress=say)
+            for k, st in stats.items():
+                out.setdefault(k, {}).update(
+                    sustained=st.median_ms, sustained_mhz=st.clock_mhz, sustained_w=st.watts
+                )
     finally:
         sampler.close()
-    out = {
-        k: {"sustained": st.median_ms, "sustained_mhz": st.clock_mhz, "sustained_w": st.watts}
-        for k, st in stats.items()
-    }
-    if args.predict == "both":
+    if args.predict in ("both", "all"):
         iso = Options(ruler=ISOLATED, rounds=20, warmup=2)
         istats, ifailed, _ = iso.time(cands, clock, None, progress=say)
         for k, st in istats.items():

@@ -265,14 +265,16 @@ def test_the_report():
         "totals": G.totals(_profile(), 2, lambda n: T.family(n, set()), 10.0),
         "gemms": rows,
     }
-    res = G.with_predictions(res, {"kernels": {CUBLAS: {"sustained": 0.45}}})
+    ruler = {CUBLAS: {"sustained": 0.45, "replay": 0.31, "replay_mhz": 1605.0}}
+    res = G.with_predictions(res, {"kernels": ruler})
     doc = {"shape": "1b-2x4096", "kind": "fwdbwd", "modes": [res, {"mode": "hf", "error": "x"}]}
     text = G.render(doc)
     assert "Step 10.0 ms (median of 20 timed steps, SM 1485 MHz, 689 W)" in text
     assert "SM 1470 MHz" in text and "## hf: failed" in text
     table = [ln for ln in text.splitlines() if ln.startswith("|")]
-    assert len(table) == 2 + len(rows) and all(ln.count("|") == 13 for ln in table)
-    assert "**sustained ruler**: predicted" in text and "= **" in text
+    assert len(table) == 2 + len(rows) and all(ln.count("|") == 15 for ln in table)
+    assert "| replay µs | replay MHz |" in table[0] and "| 310.0 | 1605 |" in text
+    assert "**sustained ruler**: predicted" in text and "**replay ruler**: predicted" in text
 
 
 def test_step_gemms_refuses_bad_arguments():
