@@ -442,3 +442,41 @@ def test_the_model_refuses_a_misspelt_keyword(builds):
         coda(ids, lables=labels)
     with pytest.raises(CodaRuntimeError, match="'postion_ids'; did you mean 'position_ids'"):
         coda(ids, labels, postion_ids=torch.arange(S)[None])
+
+
+def test_the_lm_head_frees_each_chunks_weight_gradient_before_the_next_chunk():
+    """Only the running sum of dW_lm outlives a chunk: the chunk's own V x D dW_lm (1 GiB at
+    D = 4096) was held through the next chunk's GEMMs by the loop's last result, one V x D
+    buffer more at the forward's peak."""
+    import weakref
+
+    from coda_spec.nn.llama import _LMHead
+
+    made, alive_at_call = [], []
+
+    def head(**x):
+        alive_at_call.append([r() is not None for r in made])
+        m = x["x2"].shape[0]
+        dw = torch.ones_like(x["w_lm"])
+        made.append(weakref.ref(dw))
+        return {
+            "loss": x["row_w"].sum(),
+            "dgamma_f": x["gamma_f"].float(),
+            "dw_lm": dw,
+            "dx2": torch.zeros(m, x["x2"].shape[1]),
+        }
+
+    x2 = torch.randn(12, 4)
+    args = (
+        x2,
+        x2,
+        torch.ones(12),
+        torch.ones(4),
+        torch.randn(6, 4),
+        torch.zeros(12),
+        torch.ones(12),
+    )
+    loss = _LMHead.apply(head, ((0, 4), (4, 8), (8, 12)), *args)
+    assert loss.item() == 12.0
+    # call 1 sees nothing; call 2: chunk 1's dW is the sum (alive); call 3: chunk 2's is freed
+    assert alive_at_call == [[], [True], [True, False]]

@@ -296,3 +296,25 @@ def test_the_lm_head_is_sized_at_its_chunk_rows():
 
     assert G._sizes(chain("llama3_lm_head"), 8192)["M"] == 2048
     assert G._sizes(chain("llama3_layer"), 8192)["M"] == 8192
+
+
+def test_memory_peak_places_what_is_live_at_the_highest_point():
+    """benchmarks/memory_peak.py replays an allocator trace: the groups are the blocks live at
+    the highest point (not at the end), by the innermost frame in the project's packages."""
+    from benchmarks import memory_peak as P
+
+    ours = [{"filename": "/x/torch/a.py", "line": 1, "name": "f"}]
+    ours.append({"filename": "/site/coda_spec/runtime/call.py", "line": 46, "name": "alloc"})
+    ours.append({"filename": "/site/coda_spec/nn/llama.py", "line": 360, "name": "forward"})
+    other = [{"filename": "/x/torch/b.py", "line": 2, "name": "g"}]
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": ours},
+        {"action": "alloc", "addr": 2, "size": 50, "frames": other},
+        {"action": "free_completed", "addr": 2},
+        {"action": "alloc", "addr": 3, "size": 120, "frames": ours},  # the peak: 220
+        {"action": "free_completed", "addr": 1},
+        {"action": "alloc", "addr": 4, "size": 60, "frames": other},
+    ]
+    peak, rows = P.peak_groups(trace)
+    assert peak == 220
+    assert rows == [("coda_spec/nn/llama.py:360 forward", 220, 2)]

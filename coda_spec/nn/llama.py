@@ -362,6 +362,9 @@ class _LMHead(torch.autograd.Function):
                 loss = loss + out["loss"]
                 dgamma_f = dgamma_f + out["dgamma_f"]
                 dw_lm = dw_lm.add_(out["dw_lm"])  # the chunk's own buffer: no V x D copy
+            # drop this chunk's outputs before the next call: ``out`` held its V x D dW_lm
+            # (1 GiB at D = 4096) through the next chunk's GEMMs, beside the sum
+            del out
         ctx.save_for_backward(dx2[0] if len(dx2) == 1 else torch.cat(dx2), dgamma_f, dw_lm)
         return loss
 
