@@ -87,6 +87,22 @@ def _missing(modules, known: dict) -> list[str]:
     return out
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each worker's torch gets its share of the cores (one thread each
+    on CI's 2 cores with ``-n auto``), and so do the processes it starts (``OMP_NUM_THREADS``,
+    read by a subprocess's torch at import). Two workers each running torch's default one
+    thread per core kept twice as many threads as cores busy: a quarter of the reference
+    interpreter's CPU time went to contention."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return
+    threads = max(1, (os.cpu_count() or 1) // int(workers))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 def pytest_collection_modifyitems(config, items):
     known: dict[str, bool] = {}
     for item in items:

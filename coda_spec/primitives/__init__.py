@@ -12,7 +12,9 @@ hold shared builders and text (``_elementwise``, ``_pairs``, ``_reduce``, ...).
 consumer (schema, docs, ``coda primitives``) sees the same deterministic order. Discovery only
 lists this package's directory (``pkgutil``) and imports the modules it finds: no decorators, no
 import-time registration, no module-level mutable state (Python's module cache makes repeated
-calls cheap).
+calls cheap). The listing is read once per process (``functools.cache`` on
+:func:`primitive_modules`, an immutable tuple): the reference interpreter asks for the registry
+at every step, and rescanning the directory each time was a fifth of a mutation test's time.
 
 ``cache_keys(spec)`` is the part of a build's content address that primitives own: the
 ``cache_key()`` of every primitive the spec uses, so bumping one primitive's ``version`` rebuilds
@@ -21,6 +23,7 @@ exactly the specs that use it (``coda_spec.build.build_hash``).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from pathlib import Path
@@ -29,8 +32,9 @@ from types import MappingProxyType
 NOT_PRIMITIVES = ("base",)  # modules of this package that are not primitive files
 
 
+@functools.cache
 def primitive_modules() -> tuple[str, ...]:
-    """Names of the primitive files of this package, sorted."""
+    """Names of the primitive files of this package, sorted (listed once per process)."""
     here = [str(Path(__file__).resolve().parent)]
     names = (m.name for m in pkgutil.iter_modules(here) if not m.ispkg)
     return tuple(sorted(n for n in names if not n.startswith("_") and n not in NOT_PRIMITIVES))
