@@ -11,7 +11,10 @@ docs/training.md is the user's guide. The contract, as torch.library intends it:
   positionally, as ``Tensor a0, a1, ...``; it returns the declared outputs, then the forward
   tensors the backward section saves that are not outputs). It is functional: every returned
   tensor is fresh. An ``add_to`` output (a kernel that accumulates in place) is computed into a
-  copy of the tensor it accumulates into, so the input is never written.
+  copy of the tensor it accumulates into, so the input is never written. The **inplace
+  flavour** (``op(..., inplace=True)``, ``coda::<name>_inplace``; a forward-only chain only)
+  accumulates into it instead, its schema declaring that argument mutated
+  (:meth:`ChainOp.with_inplace`).
 * ``register_fake`` sizes every returned tensor from the manifest's shape expressions, with the
   dynamic dim (M) read off the input that carries it, symbolic under ``torch.compile``.
 * **Autograd** (a chain with a ``backward:`` section): ``setup_context`` saves exactly the spec's
@@ -83,12 +86,15 @@ _DEFINED: dict = {}
 _LEAVES: contextvars.ContextVar = contextvars.ContextVar("coda_leaves", default=None)
 
 
-def op(chain_or_build, tuned=None, dims=None, fuse_grad_accum: bool = False) -> ChainOp:
+def op(
+    chain_or_build, tuned=None, dims=None, fuse_grad_accum: bool = False, inplace: bool = False
+) -> ChainOp:
     """The torch op of a built chain: a :class:`Chain` or a build directory (loaded with
     ``tuned`` as :func:`coda_spec.load` does), at the build's dims or re-sized to ``dims``
     (``{name: size}`` for some static dims; :func:`resized`). ``fuse_grad_accum``: a handle
     whose eager backward adds weight gradients into their leaves' ``.grad`` in place (see
-    :meth:`ChainOp.with_grad_accum`)."""
+    :meth:`ChainOp.with_grad_accum`). ``inplace``: the op's ``_inplace`` flavour, which
+    accumulates into its ``add_to`` inputs (:meth:`ChainOp.with_inplace`)."""
     chain = chain_or_build if isinstance(chain_or_build, Chain) else load(chain_or_build, tuned)
     if dims:
         chain = resized(chain, dims)
@@ -102,7 +108,7 @@ def op(chain_or_build, tuned=None, dims=None, fuse_grad_accum: bool = False) -> 
         )
     if key not in have:
         have[key] = ChainOp(chain)
-    return have[key].with_grad_accum(fuse_grad_accum)
+    return have[key].with_grad_accum(fuse_grad_accum).with_inplace(inplace)
 
 
 class ResizeRefused(CodaRuntimeError):
@@ -177,17 +183,11 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
     """The torch ops ``coda::<name>`` (and ``coda::<name>_backward``), defined once per process:
     their implementations run the ChainOp that :func:`op` holds for the name at call time."""
     key = (schema, backward_schema)
-    have = _DEFINED.get(name)
-    if have is not None:
-        if have[0] != key:
-            raise CodaRuntimeError(
-                f"coda::{name} is already defined in this process with another signature "
-                f"({have[0][0]}); one spec per name in a process"
-            )
-        return have[1]
+    if (have := _defined(name, key)) is not None:
+        return have
 
-    def run(method):  # the last argument is ``int[] dims``: which ChainOp of the name runs
-        return lambda *args: getattr(_OPS[name][tuple(args[-1])], method)(*args[:-1])
+    def run(method):
+        return _runner(name, method)
 
     def run_bwd(method):  # ``..., int[] dims, int[] needed``: the gradients wanted (0/1 each)
         return lambda *args: getattr(_OPS[name][tuple(args[-2])], method)(
@@ -214,10 +214,46 @@ def _define(name: str, schema: str, backward_schema: str | None) -> tuple:
     return fwd, bwd
 
 
-def _schema(n_in: int, n_out: int, *extra: str) -> str:
+def _define_inplace(name: str, schema: str, mutated: tuple) -> object:
+    """``coda::<name>_inplace`` (:meth:`ChainOp.with_inplace`), defined once per process: the
+    forward that accumulates into the arguments ``mutated`` names (``a<i>``), declared so."""
+    if (have := _defined(f"{name}_inplace", (schema,))) is not None:
+        return have
+    fwd = torch.library.custom_op(
+        f"coda::{name}_inplace",
+        _runner(name, "_forward_inplace"),
+        mutates_args=mutated,
+        schema=schema,
+    )
+    fwd.register_kernel("cpu", _runner(name, "_forward_inplace_cpu"))
+    fwd.register_fake(_runner(name, "_fake_inplace"))
+    _DEFINED[f"{name}_inplace"] = ((schema,), fwd)
+    return fwd
+
+
+def _defined(name: str, key: tuple):
+    """What :func:`_define` or :func:`_define_inplace` made for ``coda::<name>`` with these
+    schemas, or None; another signature under the name raises."""
+    have = _DEFINED.get(name)
+    if have is not None and have[0] != key:
+        raise CodaRuntimeError(
+            f"coda::{name} is already defined in this process with another signature "
+            f"({have[0][0]}); one spec per name in a process"
+        )
+    return None if have is None else have[1]
+
+
+def _runner(name: str, method: str):
+    """An op implementation: the last argument is ``int[] dims``, which ChainOp of the name
+    runs ``method``."""
+    return lambda *args: getattr(_OPS[name][tuple(args[-1])], method)(*args[:-1])
+
+
+def _schema(n_in: int, n_out: int, *extra: str, mutated: tuple = ()) -> str:
     """``(Tensor a0, ..., int[] dims, *extra) -> (Tensor, ...)``; one output is ``-> Tensor``
-    (see :func:`_one`)."""
-    args = ", ".join([*(f"Tensor a{i}" for i in range(n_in)), "int[] dims", *extra])
+    (see :func:`_one`); an argument named in ``mutated`` is ``Tensor(a<i>!) a<i>``."""
+    args = [f"Tensor(a{i}!) a{i}" if f"a{i}" in mutated else f"Tensor a{i}" for i in range(n_in)]
+    args = ", ".join([*args, "int[] dims", *extra])
     return f"({args}) -> " + ("Tensor" if n_out == 1 else f"({', '.join(['Tensor'] * n_out)})")
 
 
@@ -248,7 +284,10 @@ class ChainOp:
         self.grads = [(g.name, g.of) for g in m.grads_in]  # incoming: (gradient, output)
         self.grad_outputs = [(o.name, o.of) for o in m.backward_outputs]  # (gradient, input)
         self.differentiable = {of for _, of in self.grads}
-        self._into = {s.add_to for s in m.steps if s.kind == "kernel" and s.add_to}
+        # the forward's add_to outputs: {output: the input it accumulates into}
+        self._aliases = {s.d.tensor: s.add_to for s in m.steps if s.kind == "kernel" and s.add_to}
+        self._into = set(self._aliases.values())
+        self.inplace, self.inplace_op = False, None
         self._into_bwd = {s.add_to for s in m.backward_steps if s.kind == "kernel" and s.add_to}
         self.accumulable = list(chain.accumulable)  # gradients with an accumulating kernel
         self.fuse_grad_accum = False
@@ -261,7 +300,8 @@ class ChainOp:
 
     def __repr__(self) -> str:
         fused = ", fuse_grad_accum" if self.fuse_grad_accum else ""
-        return f"<coda op coda::{self.name} of {self.chain.directory}{fused}>"
+        name = f"{self.name}_inplace" if self.inplace else self.name
+        return f"<coda op coda::{name} of {self.chain.directory}{fused}>"
 
     def with_grad_accum(self, on: bool = True) -> ChainOp:
         """This op (the same ``torch.ops.coda.<name>``) with ``fuse_grad_accum`` on or off: on,
@@ -281,6 +321,37 @@ class ChainOp:
         other.fuse_grad_accum = bool(on)
         return other
 
+    def with_inplace(self, on: bool = True) -> ChainOp:
+        """This op as ``coda::<name>_inplace`` (on) or the functional op (off). The inplace
+        flavour accumulates into each forward ``add_to`` input IN PLACE, as the chain itself
+        does, instead of into a copy; its schema declares those arguments mutated, so
+        torch.compile functionalizes the call (and re-inplaces it where nothing else reads the
+        tensor), and the output an input accumulated into is returned as that input. For a
+        chain with no backward section whose forward accumulates into an input: the LM head
+        sums dW_lm over its row chunks in one V x D buffer (``coda_spec.nn.llama``)."""
+        if bool(on) == self.inplace:
+            return self
+        into = [n for n in self.inputs if n in self._into]
+        if on and (self.has_backward or not into):
+            why = "has a backward section" if self.has_backward else "accumulates into no input"
+            raise CodaRuntimeError(
+                f"{self.name}: inplace: the chain {why}; only a forward-only chain whose "
+                "steps store add_to into an input has an inplace flavour; leave inplace off"
+            )
+        other = copy.copy(self)
+        other.inplace = bool(on)
+        if on:
+            mutated = tuple(f"a{self.inputs.index(n)}" for n in into)
+            n_out = len(self._inplace_returns())
+            other.inplace_op = _define_inplace(
+                self.name, _schema(len(self.inputs), n_out, mutated=mutated), mutated
+            )
+        return other
+
+    def _inplace_returns(self) -> list:
+        """What the inplace flavour returns: the returns less the add_to outputs."""
+        return [n for n in self.returns if n not in self._aliases]
+
     # -- the call ----------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
         self.chain.check_names(inputs)  # the runtime's own refusals and wording
@@ -294,6 +365,8 @@ class ChainOp:
                 f"{self.name}: input(s) {grads} require grad, but the chain has no backward "
                 "section; detach them, or add backward: to the spec"
             )
+        if self.inplace:
+            return self._call_inplace(args)
         if needs_grad or torch.compiler.is_compiling():
             leaves = self._grad_leaves(args) if needs_grad else None
             token = _LEAVES.set(leaves) if leaves else None
@@ -306,6 +379,18 @@ class ChainOp:
             cuda = all(a.device.type == "cuda" for a in args if isinstance(a, torch.Tensor))
             got = (self._forward if cuda else self._forward_cpu)(*args)
         return dict(zip(self.outputs, _many(got), strict=False))
+
+    def _call_inplace(self, args: list) -> dict:
+        if torch.compiler.is_compiling():
+            got = self.inplace_op(*args, self.dims)
+        elif all(a.device.type == "cuda" for a in args if isinstance(a, torch.Tensor)):
+            got = self._forward_inplace(*args)
+        else:
+            got = self._forward_inplace_cpu(*args)
+        out = dict(zip(self._inplace_returns(), _many(got), strict=True))
+        given = dict(zip(self.inputs, args, strict=True))
+        out.update({o: given[into] for o, into in self._aliases.items()})
+        return {n: out[n] for n in self.outputs}
 
     # -- forward -----------------------------------------------------------------------------
     def _forward(self, *args) -> tuple:
@@ -321,6 +406,24 @@ class ChainOp:
         sizes = self.chain.bind(inputs, device=torch.device("cpu"), dtypes=wide is None)
         env = reference_run(self.chain.checked().analysis, inputs, _precision(wide), sizes)
         return _one(tuple(self._out(env[n], n, wide) for n in self.returns))
+
+    def _forward_inplace(self, *args) -> tuple:
+        env = self.chain.run(dict(zip(self.inputs, args, strict=True)), cache=False)
+        return _one(tuple(env[n] for n in self._inplace_returns()))
+
+    def _forward_inplace_cpu(self, *args) -> tuple:
+        """The reference's values (:meth:`_forward_cpu`), each add_to output copied into the
+        input it accumulates into, as the kernel's reduce-add leaves it."""
+        given = dict(zip(self.inputs, args, strict=True))
+        got = dict(zip(self.returns, _many(self._forward_cpu(*args)), strict=True))
+        for o, into in self._aliases.items():
+            given[into].copy_(got[o])
+        return _one(tuple(got[n] for n in self._inplace_returns()))
+
+    def _fake_inplace(self, *args) -> tuple:
+        inputs = dict(zip(self.inputs, args, strict=True))
+        names = self._inplace_returns()
+        return self._empties(names, inputs, _wide(inputs.values()), args[0].device)
 
     def _fake(self, *args) -> tuple:
         inputs = dict(zip(self.inputs, args, strict=True))

@@ -444,39 +444,31 @@ def test_the_model_refuses_a_misspelt_keyword(builds):
         coda(ids, labels, postion_ids=torch.arange(S)[None])
 
 
-def test_the_lm_head_frees_each_chunks_weight_gradient_before_the_next_chunk():
-    """Only the running sum of dW_lm outlives a chunk: the chunk's own V x D dW_lm (1 GiB at
-    D = 4096) was held through the next chunk's GEMMs by the loop's last result, one V x D
-    buffer more at the forward's peak."""
-    import weakref
-
+def test_the_lm_head_sums_its_weight_gradient_in_one_buffer():
+    """dW_lm over the row chunks lives in one V x D buffer that each chunk's call adds into
+    (the chain's dw_acc, the op's inplace flavour): before, each chunk made its own V x D dW_lm,
+    added into the sum, and the loop's last result held it through the next chunk's GEMMs, two
+    V x D buffers beside the sum at the forward's peak (1 GiB each at D = 4096)."""
     from coda_spec.nn.llama import _LMHead
 
-    made, alive_at_call = [], []
+    seen = []
 
     def head(**x):
-        alive_at_call.append([r() is not None for r in made])
+        seen.append(x["dw_acc"])
         m = x["x2"].shape[0]
-        dw = torch.ones_like(x["w_lm"])
-        made.append(weakref.ref(dw))
         return {
             "loss": x["row_w"].sum(),
             "dgamma_f": x["gamma_f"].float(),
-            "dw_lm": dw,
+            "dw_lm": x["dw_acc"].add_(1.0),
             "dx2": torch.zeros(m, x["x2"].shape[1]),
         }
 
     x2 = torch.randn(12, 4)
-    args = (
-        x2,
-        x2,
-        torch.ones(12),
-        torch.ones(4),
-        torch.randn(6, 4),
-        torch.zeros(12),
-        torch.ones(12),
-    )
+    w_lm = torch.randn(6, 4, requires_grad=True)
+    ones = torch.ones(12)
+    args = (x2, x2, ones, torch.ones(4), w_lm, torch.zeros(12), ones)
     loss = _LMHead.apply(head, ((0, 4), (4, 8), (8, 12)), *args)
-    assert loss.item() == 12.0
-    # call 1 sees nothing; call 2: chunk 1's dW is the sum (alive); call 3: chunk 2's is freed
-    assert alive_at_call == [[], [True], [True, False]]
+    assert loss.item() == 12.0 and len(seen) == 3
+    assert all(t is seen[0] for t in seen) and seen[0].shape == w_lm.shape
+    loss.backward()
+    assert torch.equal(w_lm.grad, torch.full((6, 4), 3.0))  # three chunks, each added once

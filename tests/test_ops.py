@@ -284,3 +284,61 @@ def test_a_size_the_spec_refuses_names_the_build(build):
     fix = r"cannot re-size .*dims are \{D: 63, F: 128\} with coda build"
     with pytest.raises(CodaRuntimeError, match=fix):
         ops.op(op.chain, dims={"D": 63})  # RoPE's pairs need an even width
+
+
+@pytest.mark.parametrize("via", ["eager", "dispatcher"])
+def test_the_inplace_flavour_accumulates_into_its_add_to_input(build, via):
+    """``inplace=True``: b1's dx = dres + ..., an add_to into its input dres, is written into
+    dres itself (the functional op writes a copy), equal to the functional op's dx, and
+    returned as dres; ``coda::<name>_inplace`` declares the argument mutated."""
+    fn, checked = build("b1_dgrad_rmsnorm_bwd")
+    _, low = _inputs(checked, 8)
+    want = fn(**low)
+    ip = ops.op(fn.chain, inplace=True)
+    assert ip.inplace and repr(ip).startswith("<coda op coda::b1_dgrad_rmsnorm_bwd_inplace")
+    assert ops.op(fn.chain) is fn and not fn.inplace  # the functional handle is unchanged
+    dres = low["dres"].clone()
+    if via == "eager":
+        got = ip(**{**low, "dres": dres})
+        assert got["dx"] is dres
+    else:
+        args = [dres if n == "dres" else low[n] for n in ip.inputs]
+        rest = torch.ops.coda.b1_dgrad_rmsnorm_bwd_inplace(*args, ip.dims)
+        got = dict(zip([n for n in ip.outputs if n != "dx"], rest, strict=True))
+    assert torch.equal(dres, want["dx"])
+    assert torch.equal(got["v"], want["v"]) and torch.equal(got["dgamma"], want["dgamma"])
+    schema = str(torch.ops.coda.b1_dgrad_rmsnorm_bwd_inplace.default._schema)
+    assert f"Tensor(a{ip.inputs.index('dres')}!)" in schema
+
+
+@pytest.mark.slow
+def test_the_inplace_flavour_under_compile_mutates_its_input_with_no_graph_break(build):
+    fn, checked = build("b1_dgrad_rmsnorm_bwd")
+    _, low = _inputs(checked, 8)
+    ip = ops.op(fn.chain, inplace=True)
+    want = fn(**low)["dx"]
+
+    def twice(**x):  # two calls into one buffer, as the LM head's chunks
+        acc = torch.zeros_like(x["dres"])
+        ip(**{**x, "dres": acc})
+        return ip(**{**x, "dres": acc})["dx"], acc
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(twice)(**low)
+    assert explained.graph_break_count == 0
+    got, acc = torch.compile(twice, fullgraph=True)(**low)
+    eager, _ = twice(**low)
+    assert torch.equal(got, eager) and torch.equal(acc, eager)
+    # dres = 0 twice plus the same term: 2 x (want - dres)
+    term = want.float() - low["dres"].float()
+    torch.testing.assert_close(got.float(), 2 * term, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("name", ["llama_small", "rmsnorm_chain"])
+def test_the_inplace_flavour_is_refused_where_it_has_no_meaning(build, name):
+    """A chain with a backward section (its add_to inputs are autograd's), or one that
+    accumulates into no input, has no inplace flavour: a located refusal, not a mutating op."""
+    fn, _ = build(name)
+    why = "has a backward section" if name == "llama_small" else "accumulates into no input"
+    with pytest.raises(CodaRuntimeError, match=f"inplace: the chain {why}"):
+        fn.with_inplace()

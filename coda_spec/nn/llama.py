@@ -34,8 +34,9 @@ Memory: ``recompute=True`` runs the layers through ``llama3_layer_recompute`` an
 and the outputs the model reads are the plain chains', so :func:`causal_lm_loss` is the same. The
 LM head holds, between forward and backward, dx2 (M x D bf16), dgamma_f and dW_lm (V x D bf16:
 the weight's size, which the backward would make anyway), and inside one chunk's call the bf16
-logits and dlogits, C x V each, with dv2 (C x D fp32) and that chunk's dW_lm (V x D bf16, added
-into the held one in bf16); docs/training.md has the arithmetic.
+logits and dlogits, C x V each, with dv2 (C x D fp32); each chunk's wgrad reduce-adds its dW_lm
+into the held one in place (the op's inplace flavour: no second V x D buffer); docs/training.md
+has the arithmetic.
 
 Dtypes: on the GPU the weights are bf16 (the chains' declared dtypes); on the CPU the chains run
 their reference in fp64 or fp32 when every floating input has that dtype (CI's parity tests),
@@ -242,7 +243,8 @@ def chain_ops(shape: LlamaShape, builds="build", tuned=None, recompute: bool = F
             )
         chain = where if isinstance(where, Chain) else load(where, tuned)
         dims = {k: v for k, v in shape.dims.items() if k in chain.manifest.static}
-        op = ops.op(chain, dims=dims)
+        # the LM head sums dW_lm over its row chunks into one buffer (_LMHead)
+        op = ops.op(chain, dims=dims, inplace=role == "llama3_lm_head")
         eps = {s.eps for s in op.chain.manifest.all_steps if getattr(s, "op", "") == "rsqrt_mean"}
         if eps and eps != {shape.eps}:  # the LM head has no norm of its own: it is given r2
             raise CodaRuntimeError(
@@ -332,9 +334,10 @@ class _LMHead(torch.autograd.Function):
     loss (the chain's ``loss``: the weighted per-row ``nll`` summed in one fixed order) AND their
     gradients (dx2, dgamma_f, dW_lm: Liger's schedule, three vocabulary GEMMs). The chunks'
     losses are added in chunk order, so eager and compiled calls agree bit for bit; dx2's rows
-    are the chunks' (one ``cat``); dgamma_f (fp32) and dW_lm (bf16, the chunk's rounded result
-    added in bf16: Liger's default; an fp32 accumulator would be V x D fp32 at the peak) are
-    summed over the chunks. They are held until the backward, which scales them by the incoming
+    are the chunks' (one ``cat``); dgamma_f (fp32) is summed over the chunks and dW_lm (bf16,
+    each chunk's rounded result reduce-added in bf16 into one zeroed buffer, the chain's
+    ``dw_acc``: Liger's default; an fp32 accumulator would be V x D fp32 at the peak) gathers
+    them in place. They are held until the backward, which scales them by the incoming
     gradient of the loss. Scaling always multiplies (a ``grad == 1`` test would read the value
     back, a host sync). ``h2``, ``r2``, ``target`` and ``row_w`` get no gradient: h2 and r2 are
     llama3_last_mlp's non-differentiable statistics, so x2's gradient reaches the last layer's
@@ -343,7 +346,8 @@ class _LMHead(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, head, chunks, x2, h2, r2, gamma_f, w_lm, target, row_w):
-        loss = dgamma_f = dw_lm = None
+        loss = dgamma_f = None
+        dw_lm = torch.zeros_like(w_lm)  # every chunk's wgrad reduce-adds into it (dw_acc)
         dx2 = []
         for i, j in chunks:
             out = head(
@@ -354,17 +358,16 @@ class _LMHead(torch.autograd.Function):
                 w_lm=w_lm,
                 target=target[i:j],
                 row_w=row_w[i:j],
+                dw_acc=dw_lm,
             )
             dx2.append(out["dx2"])
+            dw_lm = out["dw_lm"]  # dw_acc itself, accumulated in place (the op's inplace flavour)
             if loss is None:
-                loss, dgamma_f, dw_lm = out["loss"], out["dgamma_f"], out["dw_lm"]
+                loss, dgamma_f = out["loss"], out["dgamma_f"]
             else:
                 loss = loss + out["loss"]
                 dgamma_f = dgamma_f + out["dgamma_f"]
-                dw_lm = dw_lm.add_(out["dw_lm"])  # the chunk's own buffer: no V x D copy
-            # drop this chunk's outputs before the next call: ``out`` held its V x D dW_lm
-            # (1 GiB at D = 4096) through the next chunk's GEMMs, beside the sum
-            del out
+            del out  # nothing of this chunk's outlives it but dx2 and the sums
         ctx.save_for_backward(dx2[0] if len(dx2) == 1 else torch.cat(dx2), dgamma_f, dw_lm)
         return loss
 

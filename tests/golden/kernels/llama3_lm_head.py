@@ -1,4 +1,4 @@
-# Generated from specs/llama3_lm_head.yaml (spec hash 8332262dde7a6457) by coda; do not edit:
+# Generated from specs/llama3_lm_head.yaml (spec hash 915dd6c548c6ccaa) by coda; do not edit:
 # change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.
 """Epilogues of chain 'llama3_lm_head' for QuACK's sm90 GEMM."""
 
@@ -52,5 +52,5 @@ def coda_dgrad_lm_norm_f(acc, x2, r2, gamma_f):
 # specs/llama3_lm_head.yaml:117: kernel 'wgrad_lm'
 @gemm_epilogue()
 def coda_wgrad_lm(acc):
-    # specs/llama3_lm_head.yaml:120: - {store: acc, to: dw_lm}
+    # specs/llama3_lm_head.yaml:120: - {store: acc, to: dw_lm, add_to: dw_acc}   # dw_acc += dlogits^T v2 (a TMA reduce-add)
     return {"D": acc}
