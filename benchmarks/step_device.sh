@@ -20,6 +20,8 @@
 #           (about 120 s: the sustained ruler over 28 kernels x ROUNDS streams, then isolated)
 #   shapes  train_step 1B 1x8192 and 8B-like 4 layers 2x4096, the same modes (about 180 s each)
 #   adamw   train_step 1B 2x4096 adamw: coda, hf-compile-nomask (about 70 s)
+#   memory  memory_peak 8B-like: what is live at coda's and Liger's peak (about 40 s; not in the
+#           default PARTS)
 # At 560 s the last parts are cut (their JSON keeps the modes that ran, the others are rows
 # with error "budget"); run them in a second call with PARTS="shapes adamw".
 # Knobs: STEPS (20), WARMUP (3), ROUNDS (sustained rounds, 2), TUNED (the new table; default:
@@ -72,7 +74,13 @@ for part in ${PARTS:-step1b gemms shapes adamw}; do
     step step-8b-layer4-2x4096-fwdbwd 190 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "$MODES" --profile
     ;;
   adamw) step step-1b-2x4096-adamw 90 --shape 1b-2x4096 --kind adamw --modes coda,hf-compile-nomask ;;
-  *) echo "unknown part $part (parts: step1b gemms shapes adamw)" >&2; false ;;
+  memory)
+    s=$(left 90)
+    timeout "$s" python3 benchmarks/memory_peak.py --shape 8b-layer4-2x4096 --modes coda,liger \
+      --out "$out/peak-8b.json" 2>&1 | grep -v DEBUG | tee "$out/peak-8b.log"
+    pack
+    ;;
+  *) echo "unknown part $part (parts: step1b gemms shapes adamw memory)" >&2; false ;;
   esac
 done
 pack
