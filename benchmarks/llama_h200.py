@@ -132,6 +132,7 @@ def main() -> None:
     ap.add_argument("--pad", type=int, default=0, help="padding tokens per row (attention_mask)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    train_step.need_gpu("llama_h200")  # exit 1 with the reason, not a traceback
     run = {"parity": parity, "compile": compile_check}[args.part]
     got = run(args)
     got["args"] = vars(args)

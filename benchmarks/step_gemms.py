@@ -282,6 +282,8 @@ def render(doc: dict) -> str:
             )
         if res.get("ruler_error"):
             out.append(f"- ruler failed: {res['ruler_error']}")
+        for k, why in res.get("ruler_failed", {}).items():
+            out.append(f"- ruler could not time {k}: {why}")
         out.append("")
     return "\n".join(out)
 
@@ -322,8 +324,7 @@ def profile_child(args) -> dict:
 
     from coda_spec.bench.timing import telemetry
 
-    if not torch.cuda.is_available():
-        raise SystemExit("step_gemms: no CUDA GPU here (torch.cuda.is_available() is False)")
+    T.need_gpu("step_gemms")
     cfg, model, _, one_step, _, _, tuned = T.setup(args)
     _, b, s = T.SHAPES[args.shape]
     for _ in range(max(args.warmup, 1)):
@@ -369,14 +370,12 @@ def profile_child(args) -> dict:
 
 def ruler_child(args) -> dict:
     """Every kernel step of the mode's chains at the step's dims and M, by the rulers."""
-    import torch
 
     from coda_spec.bench.driver import Options, device_ids, draw
     from coda_spec.bench.timing import ISOLATED, CudaClock, open_sampler
     from coda_spec.nn.llama import LlamaShape, chain_ops
 
-    if not torch.cuda.is_available():
-        raise SystemExit("step_gemms: no CUDA GPU here (torch.cuda.is_available() is False)")
+    T.need_gpu("step_gemms")
     base, table = T.split_mode(args.mode)
     tuned = T.tuned_arg(table, args.tuned, args.tuned_old)
     cfg = T.config(args.shape, args.layers)
@@ -464,17 +463,20 @@ def with_predictions(res: dict, ruler: dict) -> dict:
     which = [w for w in RULERS if any(w in k for k in ruler.get("kernels", {}).values())]
     step_ms = res["totals"]["step_ms"]
     preds = [predict(res["gemms"], ruler["kernels"], step_ms, w) for w in which]
-    return {**res, "ruler": ruler.get("kernels", {}), "predictions": preds}
+    out = {**res, "ruler": ruler.get("kernels", {}), "predictions": preds}
+    if ruler.get("failed"):  # kept: a kernel the ruler could not time fails the run
+        out["ruler_failed"] = ruler["failed"]
+    return out
 
 
-def main() -> None:
+def main() -> int:
     ap = parser()
     args = ap.parse_args()
     if args.child:
         args.mode = args.child
         row = ruler_child(args) if args.ruler_child else profile_child(args)
         print(json.dumps(row))
-        return
+        return 0
     try:
         modes = check(args)
     except ValueError as e:
@@ -517,6 +519,19 @@ def main() -> None:
                 say(f"  {p['ruler']}: predicted/measured {p['ratio']:.3f}")
         write(args, doc)
     print(render(doc))
+    return T.status(failures(doc), say)
+
+
+def failures(doc: dict) -> list[str]:
+    """What a run failed to measure: a mode's profile (``error``), its ruler process
+    (``ruler_error``) or a kernel the ruler could not time (``ruler_failed``)."""
+    out = T.failures(doc["modes"])
+    for res in doc["modes"]:
+        if res.get("ruler_error"):
+            err = res["ruler_error"]
+            out.append(f"{res['mode']} ruler: {err if isinstance(err, str) else ' / '.join(err)}")
+        out += [f"{res['mode']} ruler {k}: {why}" for k, why in res.get("ruler_failed", {}).items()]
+    return out
 
 
 def write(args, doc: dict) -> None:
@@ -528,4 +543,4 @@ def write(args, doc: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -425,11 +425,18 @@ def setup(args):
     return cfg, model, fn, one_step, (ids, labels), params, tuned
 
 
-def child(args) -> dict:
+def need_gpu(tool: str) -> None:
+    """Leave (exit 1, one line) when no CUDA GPU is here: a measurement that cannot run."""
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("train_step: no CUDA GPU here (torch.cuda.is_available() is False)")
+        raise SystemExit(f"{tool}: no CUDA GPU here (torch.cuda.is_available() is False)")
+
+
+def child(args) -> dict:
+    import torch
+
+    need_gpu("train_step")
     with warnings.catch_warnings(record=True) as said:  # a stale tune table says so at load
         warnings.simplefilter("always")
         cfg, model, fn, one_step, (ids, labels), params, tuned = setup(args)
@@ -546,13 +553,13 @@ def say(msg: str) -> None:
     print(f"[train_step] {msg}", file=sys.stderr, flush=True)
 
 
-def main() -> None:
+def main() -> int:
     ap = parser()
     args = ap.parse_args()
     if args.child:
         args.mode = args.child
         print(json.dumps(child(args)))
-        return
+        return 0
     try:
         runs = plan_runs(args)
     except ValueError as e:
@@ -582,6 +589,29 @@ def main() -> None:
                 say(f"  {row['ms']} ms, {row['peak_gib']} GiB, {took:.0f} s")
         write(args.out, rows, sys.argv[1:])  # after every mode: a later kill loses nothing
     print(table(rows))
+    return status(failures(rows), say)
+
+
+def failures(rows: list) -> list[str]:
+    """``MODE SHAPE: why`` of every row that holds no measurement (a failed, timed-out or
+    budget-cut mode); empty when every requested measurement was made."""
+    out = []
+    for r in rows:
+        if "error" in r:
+            err = r["error"] if isinstance(r["error"], str) else " / ".join(r["error"])
+            where = " ".join(x for x in (r["mode"], r.get("shape")) if x)
+            out.append(f"{where}: {err}")
+    return out
+
+
+def status(failed: list[str], tell) -> int:
+    """The exit status of a run (benchmarks' rule: 1 when any requested measurement failed,
+    after the results are written), each failure told through ``tell``."""
+    for f in failed:
+        tell(f"failed: {f}")
+    if failed:
+        tell(f"{len(failed)} measurement(s) failed: exit 1")
+    return 1 if failed else 0
 
 
 def write(path: str, rows: list, argv: list) -> None:
@@ -645,4 +675,4 @@ def _tail(text: str) -> list:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -148,7 +148,8 @@ def test_timed_steps_sample_the_clock_through_a_fake_nvidia_smi(tmp_path, monkey
 
 @pytest.mark.slow
 def test_a_mode_without_a_gpu_is_a_row_with_the_reason(tmp_path):
-    """No GPU: the mode's process says so, the parent writes the row and the table (exit 0)."""
+    """No GPU: the mode's process says so, the parent writes the row and the table, and exits 1
+    (before issue 34 it exited 0: a device script read the failed run as a measurement)."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is here")
@@ -159,13 +160,48 @@ def test_a_mode_without_a_gpu_is_a_row_with_the_reason(tmp_path):
         text=True,
         timeout=120,
     )
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr
     (row,) = json.loads(out.read_text())["rows"]
     assert row["error"] == ["train_step: no CUDA GPU here (torch.cuda.is_available() is False)"]
     assert (
         "[1/1] hf 1b-2x4096 fwdbwd" in res.stderr
         and "| hf | failed: train_step: no CUDA" in res.stdout
+        and "1 measurement(s) failed: exit 1" in res.stderr
     )
+
+
+def test_a_run_with_a_failed_measurement_exits_1():
+    """A failed, timed-out or budget-cut mode fails the run; a clean run exits 0."""
+    said = []
+    ok = {"mode": "coda", "shape": "1b-2x4096", "ms": 1.0}
+    assert T.failures([ok]) == [] and T.status([], said.append) == 0 and said == []
+    rows = [ok, {"mode": "hf", "shape": "1b-2x4096", "error": ["no GPU", "x"]}]
+    rows.append({"mode": "liger", "error": "budget"})
+    assert T.failures(rows) == ["hf 1b-2x4096: no GPU / x", "liger: budget"]
+    assert T.status(T.failures(rows), said.append) == 1
+    assert (
+        said[-1] == "2 measurement(s) failed: exit 1"
+        and said[0] == "failed: hf 1b-2x4096: no GPU / x"
+    )
+
+
+def test_step_gemms_fails_a_run_whose_profile_or_ruler_failed():
+    """step_gemms exits 1 when a mode's profile, its ruler process or one of the ruler's kernels
+    failed (before issue 34: exit 0, and a kernel the ruler could not time was dropped)."""
+    fam = lambda n: T.family(n, set())  # noqa: E731
+    res = {"mode": "coda", "steps": 20, "sm_mhz": None, "watts": None, "sm_mhz_profiled": None}
+    res.update(totals=G.totals(_profile(), 2, fam, 10.0), gemms=[])
+    assert G.failures({"modes": [G.with_predictions(res, {"kernels": {}})]}) == []
+    timed = G.with_predictions(res, {"kernels": {}, "failed": {"llama3_layer/qkv": "oom"}})
+    assert timed["ruler_failed"] == {"llama3_layer/qkv": "oom"}
+    doc = {"shape": "1b-2x4096", "kind": "fwdbwd", "modes": [timed]}
+    doc["modes"] += [{"mode": "hf", "error": "budget"}, {**res, "ruler_error": ["died"]}]
+    assert G.failures(doc) == [
+        "hf: budget",
+        "coda ruler llama3_layer/qkv: oom",
+        "coda ruler: died",
+    ]
+    assert "- ruler could not time llama3_layer/qkv: oom" in G.render(doc)
 
 
 # -- step_gemms ----------------------------------------------------------------------------------
