@@ -77,7 +77,10 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
-    return 0
+    failed = [r[0] for r in rows if r[1] == "FAILED"]
+    if failed:  # the table above keeps them; the run fails (benchmarks' rule)
+        print(f"build_times: {len(failed)} build(s) failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -354,3 +354,18 @@ def test_memory_peak_places_what_is_live_at_the_highest_point():
     peak, rows = P.peak_groups(trace)
     assert peak == 220
     assert rows == [("coda_spec/nn/llama.py:360 forward", 220, 2)]
+
+
+def test_build_times_exits_1_when_a_build_failed(tmp_path, monkeypatch, capsys):
+    """benchmarks/build_times.py printed a FAILED row and exited 0 before issue 34."""
+    from benchmarks import build_times as B
+
+    def failed_build(cmd, **_):
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="boom\nerror: no compiler")
+
+    monkeypatch.setattr(B.subprocess, "run", failed_build)
+    monkeypatch.setattr(sys, "argv", ["build_times.py", "--out", str(tmp_path / "b")])
+    assert B.main() == 1
+    out, err = capsys.readouterr()
+    assert "| FAILED |" in out and "error: no compiler" in out
+    assert "build(s) failed: " in err
