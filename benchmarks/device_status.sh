@@ -1,4 +1,5 @@
-# Sourced first by every benchmarks/*_device.sh: a device script that fails says so.
+# Sourced first by benchmarks/device_run.sh (and step_device.sh, tune_cap_device.sh): a device
+# run that fails says so. The one home of the budget helper (`left`), `results` and `pack`.
 #
 # The scripts run every part and pack the logs after each (a call's time limit keeps what ran),
 # so they cannot stop at the first failure (set -e would lose the logs). Instead every command
