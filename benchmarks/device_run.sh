@@ -19,6 +19,9 @@
 # step and tune-cap run benchmarks/step_device.sh and benchmarks/tune_cap_device.sh (the current
 # tools, kept as scripts; their headers list their parts and knobs) inside this run's budget.
 #
+# The retired scripts (issueNN_device.sh, grad_device.sh, ...: each phase's line names its own)
+# kept the build commands of their runs in their headers: `git show 6a63246:benchmarks/NAME.sh`.
+#
 # The phase table: NAME | about how long | what it runs (the former script it replaces).
 PHASES="gates|4-7 min|pytest tests/gpu (GPU_TESTS: files, default tests/gpu; GPU_K: -k) (formerly issue11_device.sh gates, issue18_device.sh gates, device_gates.sh, runtime_device.sh gates)
 verify|2-7 min|coda verify of VERIFY_BUILDS (default every build/*-latest) in one process, junit (formerly runtime_device.sh verify, device_gates.sh)

@@ -2,7 +2,7 @@
 
     python benchmarks/host_overhead_compare.py RESULTS_DIR...
 
-Each RESULTS_DIR holds ``before<N>.json`` and ``after<N>.json`` (``benchmarks/issue18_device.sh
+Each RESULTS_DIR holds ``before<N>.json`` and ``after<N>.json`` (``benchmarks/device_run.sh
 overhead`` writes them, alternating the order). Prints, per chain and direction, the median over
 all runs of the checked and unchecked call (µs), and the same divided by that run's
 ``torch.add`` launch (the machine's speed at that minute), before and after.

@@ -11,7 +11,7 @@ rule, M = 16384, inputs drawn as coda bench draws them):
   count and total time (host steps and finalizes run as many small torch kernels today):
       python3 benchmarks/profile_reasons.py prof b4_ce_fwd_bwd:4096 llama_block:4096
 
-Run through ``benchmarks/profile_reasons.sh`` on the device. ``CODA_BUILD_ROOT`` (default
+Run through ``bash benchmarks/device_run.sh reasons`` on the device. ``CODA_BUILD_ROOT`` (default
 ``build``) picks the build root; in ``ncu`` mode ``CODA_VARIANTS`` (config texts separated by
 ``;``, or ``all``) profiles those variants of each kernel of a multi-variant build, each forced in
 turn (default: the variant a plain call selects).

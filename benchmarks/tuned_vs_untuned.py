@@ -1,6 +1,6 @@
 """Issue 9's table: the catalogue untuned (every kernel at its fallback, the default config) and
 tuned (tuned/h200.json), coda ÷ SoL and coda's speedup over its best complete baseline, from
-`coda bench` results files (benchmarks/catalogue_tuned.sh). No GPU needed:
+`coda bench` results files (``device_run.sh catalogue-bench``). No GPU needed:
 
     python benchmarks/tuned_vs_untuned.py UNTUNED.json TUNED.json [UNTUNED_REPEAT.json
         TUNED_REPEAT.json]

@@ -3,7 +3,8 @@
 A build here is the CPU tests' (``tests.test_runtime_cpu.make_build``: a shrunk spec and the
 manifest ``coda build`` would write). The op's CPU kernels are the reference interpreter at the
 declared dtypes (fp64 under gradcheck), so autograd, ``torch.compile`` and every refusal run in
-CI; the H200 checks the CUDA kernels against ``Chain.backward`` (benchmarks/issue19_device.sh).
+CI; the H200 checks the CUDA kernels against ``Chain.backward``
+(``bash benchmarks/device_run.sh ops``).
 """
 
 from __future__ import annotations
