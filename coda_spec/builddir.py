@@ -33,8 +33,6 @@ from pathlib import Path
 
 from coda_spec.artifact import MANIFEST
 from coda_spec.errors import UsageError
-from coda_spec.frontend import check_file
-from coda_spec.source import SPEC_SUFFIXES
 
 HASH_LEN = 12
 LATEST = "-latest"
@@ -162,6 +160,9 @@ def resolve(target, out: Path = Path("build"), command: str = "verify") -> Path:
     been built from the spec's current content (never compiles, never falls back to an old
     build). Raises ``UsageError`` (exit 2) for a target that is neither, a spec without a build
     and a spec whose newest build differs from it; ``SpecError`` for an invalid spec."""
+    from coda_spec.frontend import check_file  # a spec target: the front end (not coda_spec.nn)
+    from coda_spec.source import SPEC_SUFFIXES
+
     p = Path(target)
     if p.is_dir() and (p / MANIFEST).is_file():
         return p

@@ -55,6 +55,10 @@ compiled). The op's last argument, ``int[] dims``, is the static dims' sizes in 
 order (:attr:`ChainOp.dims`), so one ``coda::<name>`` serves every size of one build, and
 ``torch.compile`` specializes on them as on any int argument.
 
+**A light import**: ``import coda_spec.ops`` loads the runtime and no more (no front end,
+jsonschema, yaml, reference interpreter or primitive registry); :func:`resized` and the CPU
+implementation load what they use when first used (``tests/test_ops.py``).
+
 One build per op name per process: :func:`op` on the same build and dims again returns the same
 :class:`ChainOp`; on another build of that spec name it raises (load one build per spec name, or
 rename the spec). Make ops with :func:`op`.
@@ -67,12 +71,8 @@ import copy
 
 import torch
 
-from coda_spec import suits
 from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.errors import SpecError
-from coda_spec.frontend import with_dims
-from coda_spec.reference import run as reference_run
-from coda_spec.reference import run_backward as reference_backward
 from coda_spec.runtime import Chain, CodaRuntimeError, load
 from coda_spec.runtime.plan import FallbackRefused
 from coda_spec.runtime.plan import resized_manifest as _plan_resized
@@ -146,6 +146,8 @@ def resized(chain: Chain, dims: dict, built=None) -> Chain:
         f"build a copy of the spec ({built.source.file}) whose dims are "
         f"{{{', '.join(f'{k}: {v}' for k, v in want.items())}}} with coda build"
     )
+    from coda_spec.frontend import with_dims  # re-sizing re-analyses the spec: the front end
+
     try:
         case = with_dims(built, dims)
     except SpecError as e:  # the spec's shape rules refuse these sizes: say each one
@@ -164,6 +166,8 @@ def resized_manifest(chain, case, built=None):
     compiled in changes there (``suits.baked_change``; ``built``: the build's checked spec,
     None: the chain's) or its fallback config is refused there; a variant a primitive refuses
     there is left out (``coda_spec.runtime.plan.resized_manifest``)."""
+    from coda_spec import suits  # the primitives' sizes: the primitive registry
+
     name = case.spec.name
     want = case.spec.dim_sizes()
     baked = suits.baked_change(built if built is not None else chain.checked(), case)
@@ -404,7 +408,7 @@ class ChainOp:
         inputs = dict(zip(self.inputs, args, strict=True))
         wide = _wide(inputs.values())
         sizes = self.chain.bind(inputs, device=torch.device("cpu"), dtypes=wide is None)
-        env = reference_run(self.chain.checked().analysis, inputs, _precision(wide), sizes)
+        env = _reference().run(self.chain.checked().analysis, inputs, _precision(wide), sizes)
         return _one(tuple(self._out(env[n], n, wide) for n in self.returns))
 
     def _forward_inplace(self, *args) -> tuple:
@@ -545,7 +549,7 @@ class ChainOp:
             saved, grads, device=torch.device("cpu"), dtypes=wide is None
         )
         analysis = self.chain.checked().analysis
-        env = reference_backward(analysis, {**saved, **grads}, _precision(wide), sizes)
+        env = _reference().run_backward(analysis, {**saved, **grads}, _precision(wide), sizes)
         out = {g: self._out(env[g], g, wide) for g, _ in self.grad_outputs}
         for g, t in (into or {}).items():  # as the kernel would: the stored value, added
             out[g] = t.add_(out[g])
@@ -604,6 +608,14 @@ def _writes_grad(leaf: torch.Tensor) -> bool:
         return bool(torch._C._will_engine_execute_node(node))
     except RuntimeError:  # autograd.grad() with this leaf among its inputs: returns, not .grad
         return False
+
+
+def _reference():
+    """The reference interpreter, the ops' CPU implementation: loaded on the first CPU call
+    (with the primitive registry), never by ``import coda_spec.ops``."""
+    from coda_spec import reference
+
+    return reference
 
 
 def _wide(tensors):

@@ -9,6 +9,9 @@ CI; the H200 checks the CUDA kernels against ``Chain.backward``
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -16,6 +19,7 @@ import coda_spec
 from coda_spec import ops, reference
 from coda_spec.runtime import CodaRuntimeError
 from tests import test_runtime_cpu as rt
+from tests.conftest import ROOT
 
 LLAMA_DIMS = {"D": 128, "F": 128}  # small enough for gradcheck, big enough for RoPE's heads
 
@@ -343,3 +347,27 @@ def test_the_inplace_flavour_is_refused_where_it_has_no_meaning(build, name):
     why = "has a backward section" if name == "llama_small" else "accumulates into no input"
     with pytest.raises(CodaRuntimeError, match=f"inplace: the chain {why}"):
         fn.with_inplace()
+
+
+# -- what an import loads ------------------------------------------------------------------------
+
+HEAVY = ("coda_spec.frontend", "coda_spec.validate", "jsonschema", "yaml")
+
+
+@pytest.mark.slow
+def test_import_loads_no_front_end():
+    """``import coda_spec.ops`` and ``import coda_spec.nn`` load no spec front end, jsonschema or
+    yaml: re-sizing (``ops.resized``), the CPU reference and ``builddir.resolve`` load them when
+    used (as the runtime's calls do: ``test_runtime_cpu.py::test_a_call_imports_no_front_end``).
+    Before, ``import coda_spec.ops`` loaded 37 coda modules, yaml and jsonschema among them."""
+    code = f"""
+import sys
+heavy = {HEAVY!r}
+for mod in ("coda_spec.ops", "coda_spec.nn"):
+    __import__(mod)
+    bad = sorted(m for m in sys.modules if any(m == p or m.startswith(p + ".") for p in heavy))
+    assert not bad, (mod, bad)
+print("ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
