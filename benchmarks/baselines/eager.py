@@ -143,7 +143,8 @@ def _eager_llama3_last_mlp(t, sizes):
 def _eager_llama3_lm_head(t, sizes):
     """The LM head and the weighted cross-entropy as unfused code has them: the logits written,
     the loss on their fp32 upcast (as HF computes it), its gradients by autograd (the saved
-    ``h2`` and ``r2`` are not read: the norm is recomputed from x2)."""
+    ``h2`` and ``r2`` are not read: the norm is recomputed from x2); dW_lm added to ``dw_acc``,
+    the earlier chunks' sum, as the chain's wgrad reduce-adds into it."""
     with torch.enable_grad():
         x2, gamma, w_lm = (_grad_leaf(t[n]) for n in ("x2", "gamma_f", "w_lm"))
         logits = F.rms_norm(x2, (sizes["D"],), gamma, LLAMA3_EPS) @ w_lm.T
@@ -158,7 +159,7 @@ def _eager_llama3_lm_head(t, sizes):
         "nll": nll.detach(),
         "dx2": dx2,
         "dgamma_f": upcast(dgamma),
-        "dw_lm": dw_lm,
+        "dw_lm": t["dw_acc"] + dw_lm,
     }
 
 
