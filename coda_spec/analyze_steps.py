@@ -312,7 +312,7 @@ class StepWalker:
     def _failed(self, step, scope):
         """The step could not be typed (error already reported): register what it writes with
         unknown shapes so that later steps and the outputs check do not cascade."""
-        ops = step.epilogue if step.kind == "kernel" else step.body
+        ops = step.ops
         for op in ops:
             p = self.prims[op.prim]
             if p.results == "none":
@@ -384,7 +384,7 @@ class StepWalker:
     def _op(self, step, op, env, scope, quiet, tc, dtype, reads, writes) -> bool:
         p = self.prims[op.prim]
         path = op.loc.path
-        ops = step.epilogue if step.kind == "kernel" else step.body
+        ops = step.ops
         idx = ops.index(op)
         later = {r: o.loc.line for o in ops[idx + 1 :] for r in o.results}
         ins, ok = {}, True

@@ -124,3 +124,25 @@ def test_loader_reports_duplicate_keys_with_both_places():
     (d,) = e.value.diagnostics
     assert (d.line, d.col) == (3, 1) and "duplicate key 'a'" in d.message
     assert "line 1, column 1" in d.hint
+
+
+def test_step_ops_is_the_one_op_list_accessor():
+    # a kernel's epilogue, a host step's body, nothing for a finalize; with_ops rebuilds the same
+    # field, and the accessor adds no dataclass field (goldens, equality and hashing unchanged)
+    from dataclasses import fields
+
+    from coda_spec.ir import Finalize, Gemm, Host, Kernel, Loc, Op, Operand, to_data
+
+    loc = Loc(1, 1, ("steps", 0))
+    a, b = (
+        Op("load_col", (("load_col", "x"),), ("v",), loc),
+        Op("store", (("store", "v"),), (), loc),
+    )
+    kernel = Kernel("k", Gemm(Operand("x", False), Operand("w", True), loc), (a,), loc=loc)
+    host = Host("h", "x", (b,), loc=loc)
+    fin = Finalize("sum", "p", "s", loc=loc)
+    assert (kernel.ops, host.ops, fin.ops) == ((a,), (b,), ())
+    assert (kernel.ops_field, host.ops_field, fin.ops_field) == ("epilogue", "body", None)
+    assert kernel.with_ops((a, b)).epilogue == (a, b) and host.with_ops(()).body == ()
+    for step in (kernel, host, fin):
+        assert "ops" not in {f.name for f in fields(step)} and "ops_field" not in to_data(step)
