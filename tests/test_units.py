@@ -146,3 +146,24 @@ def test_step_ops_is_the_one_op_list_accessor():
     assert kernel.with_ops((a, b)).epilogue == (a, b) and host.with_ops(()).body == ()
     for step in (kernel, host, fin):
         assert "ops" not in {f.name for f in fields(step)} and "ops_field" not in to_data(step)
+
+
+def test_a_partial_is_read_by_name():
+    # TensorInfo.partial: named facts (kind, reduce, width, group, rows), still the plain tuple
+    # it was (a NamedTuple), so any serialized form of it is unchanged
+    from pathlib import Path
+
+    from coda_spec.analyze_types import Partial
+    from coda_spec.frontend import check_file
+
+    spec = Path(__file__).resolve().parents[1] / "specs" / "f6_lse.yaml"
+    part = check_file(spec).analysis.tensor("lse_part").partial
+    assert isinstance(part, Partial) and isinstance(part, tuple)
+    assert (part.kind, part.reduce, part.width, part.group, part.rows) == (
+        "rowpart",
+        "logsumexp",
+        32768,
+        None,
+        "M",
+    )
+    assert list(part) == ["rowpart", "logsumexp", 32768, None, "M"]

@@ -198,13 +198,13 @@ def _fold_finalizes(hc: HostCtx, steps, index: int) -> list:
             continue
         if s.second is not None and s.second not in hc.partials:
             continue
-        kind, _, width, group, _ = hc.info_of(s.of).partial
-        n = s.n if s.n is not None else (group or width)
+        p = hc.info_of(s.of).partial
+        n = s.n if s.n is not None else (p.group or p.width)
         try:
             n = dimmod.fold(n, sizes)
         except dimmod.DimError:
             continue  # a dynamic n: the runtime's finalize divides at the call's size
-        if not isinstance(n, int) or kind != "rowpart" or group:
+        if not isinstance(n, int) or p.kind != "rowpart" or p.group:
             continue
         x = hc.partials[s.of]
         hc.op = s
@@ -214,7 +214,7 @@ def _fold_finalizes(hc: HostCtx, steps, index: int) -> list:
         else:  # the op's Triton text (finalize.TABLE), on the mean when it needs n
             name = hc.fresh(hc.ident(s.result))
             if row.needs_n:
-                expr = s.n if s.n is not None else (group or width)
+                expr = s.n if s.n is not None else (p.group or p.width)
                 count = hc.dim_arg(f"n_{hc.ident(s.result)}", str(expr), f"n of {s.name}: {expr}")
                 x = f"{x} / {count}.to(tl.float32)"
             x2 = None
@@ -287,8 +287,7 @@ def column_partial_shape(info) -> list:
     """The buffer of a host step's ``reduce_col`` partial (``info``, its TensorInfo): one row of
     fp32 per-column terms per row of the step, (rows, W), which a finalize folds over the rows
     (role ``rowred``: the (m_tiles, N) layout of a GEMM's partials, one row per tile)."""
-    _, _, width, _, rows = info.partial
-    return [rows, width]
+    return [info.partial.rows, info.partial.width]
 
 
 def _params(hc: HostCtx) -> list:
