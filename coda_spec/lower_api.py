@@ -63,7 +63,7 @@ import keyword
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from coda_spec import dims
+from coda_spec import dims, idents
 from coda_spec.artifact import F32_BITS, Field
 from coda_spec.errors import ItemError
 
@@ -285,9 +285,8 @@ class LowerCtx:
     # -- names -------------------------------------------------------------------------------
     @staticmethod
     def ident(name: str) -> str:
-        if name in RESERVED or keyword.iskeyword(name) or name.startswith("_q"):
-            return f"{name}_"
-        return name
+        """A spec name in kernel.py (``coda_spec.idents``: clear of its imports and ``_q``)."""
+        return idents.ident(name, RESERVED, private="_q")
 
     def fresh(self, base: str) -> str:
         """A temporary named after a value: ``base`` itself unless a value or tensor of this

@@ -167,3 +167,28 @@ def test_a_partial_is_read_by_name():
         "M",
     )
     assert list(part) == ["rowpart", "logsumexp", 32768, None, "M"]
+
+
+def test_one_identifier_rule_for_generated_names():
+    # coda_spec.idents.ident: the rule behind LowerCtx.ident, HostCtx.ident and the finalize
+    # kernels' entry names; a spec name (an identifier by the schema) only gets a trailing _
+    # where it would clash with the generated module
+    from coda_spec.host_api import HostCtx
+    from coda_spec.idents import ident
+    from coda_spec.lower.finalize_kernel import TAKEN
+    from coda_spec.lower_api import LowerCtx
+
+    assert ident("x") == "x" and ident("lambda") == "lambda_" and ident("tl", {"tl"}) == "tl_"
+    assert ident("_qv", private="_q") == "_qv_" and ident("_qv") == "_qv"
+    assert ident("a-b.c") == "a_b_c" and ident("2x") == "_2x"
+    assert (LowerCtx.ident("acc"), LowerCtx.ident("_q1"), LowerCtx.ident("tl")) == (
+        "acc_",
+        "_q1_",
+        "tl",
+    )
+    assert (HostCtx.ident("tl"), HostCtx.ident("_q1"), HostCtx.ident("acc")) == (
+        "tl_",
+        "_q1",
+        "acc",
+    )
+    assert ident("triton", TAKEN) == "triton_" and ident("finalize_lse", TAKEN) == "finalize_lse"

@@ -62,9 +62,9 @@ step, and it needs no torch at run time (the cubin is launched through the drive
 
 from __future__ import annotations
 
-import re
 import textwrap
 
+from coda_spec import idents
 from coda_spec.dims import expr_of
 from coda_spec.dims import fold as fold_dim
 from coda_spec.dtypes import dtype
@@ -138,12 +138,6 @@ def _n(step: dict, dims: dict | None):
     if isinstance(n, str) and dims is not None:
         fold_dim(n, dims)  # a malformed or unknown expression fails here, at build time
     return n
-
-
-def _identifier(name: str) -> str:
-    ident = re.sub(r"\W", "_", name)
-    ident = ident if ident[:1].isalpha() or ident[:1] == "_" else "_" + ident
-    return ident + "_" if ident in TAKEN else ident
 
 
 def _literal(value: float) -> str:
@@ -456,7 +450,7 @@ class _Kernel:
         grid = grid[0] if isinstance(grid, list) else grid
         self.n_and_eps()
         output = {"tensor": self.result, "dtype": "fp32", "shape": out_shape, "init": "empty"}
-        entry = _identifier(self.step["name"])
+        entry = idents.ident(self.step["name"], TAKEN)
         return TritonKernel(
             step=self.step["name"],
             source=self.render(entry, body, out_shape, what),
