@@ -286,9 +286,6 @@ class HostCtx:
     def info_of(self, tensor: str):
         return self.checked.analysis.tensor(tensor)
 
-    def tl_dtype(self, tensor: str) -> str:
-        return dtype(self.info_of(tensor).dtype).triton
-
     def fp32(self, expr: str, tensor: str) -> str:
         """``expr`` (loaded from ``tensor``) converted to fp32 unless it already is."""
         return expr if self.info_of(tensor).dtype == "fp32" else f"{expr}.to(tl.float32)"

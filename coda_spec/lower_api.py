@@ -256,9 +256,6 @@ class LowerCtx:
     def has_d(self) -> bool:
         return self._d is not None
 
-    def has_c(self) -> bool:
-        return self._c is not None
-
     def has_operand(self, name: str) -> bool:
         return name in self._params
 
@@ -498,9 +495,6 @@ class LowerCtx:
         """An op QuACK runs besides the fn's own (``extra_ops=``), once per kernel."""
         if expr not in self._extra:
             self._extra.append(expr)
-
-    def has_extra_op(self, expr: str) -> bool:
-        return expr in self._extra
 
     def global_line(self, text: str):
         """A module-level line of kernel.py above this kernel (shared op objects)."""
