@@ -23,7 +23,7 @@ def productions(step, prims) -> list[tuple[str, tuple]]:
     if step.kind == "finalize":
         return [(step.result, step.loc.path + ("as",))]
     out = []
-    for op in step.epilogue if step.kind == "kernel" else step.body:
+    for op in step.ops:
         p = prims[op.prim]
         if p.results == "none":
             out.append((op.get("to"), op.loc.path + ("to",)))
@@ -36,7 +36,7 @@ def consumptions(step, prims) -> list[str]:
     if step.kind == "finalize":
         return list(step.partials())
     names = [step.gemm.a.name, step.gemm.b.name] if step.kind == "kernel" else [step.over]
-    for op in step.epilogue if step.kind == "kernel" else step.body:
+    for op in step.ops:
         names += [op.get(k) for k in prims[op.prim].tensors if op.get(k) is not None]
     return names
 
@@ -278,7 +278,7 @@ def _value_sites(steps, prims) -> dict:
     for step in steps:
         if step.kind == "finalize":
             continue
-        for op in step.epilogue if step.kind == "kernel" else step.body:
+        for op in step.ops:
             p = prims[op.prim]
             if p.results != "none" and p.family != "reduction":
                 sites.update(dict.fromkeys(op.results, step))

@@ -14,7 +14,7 @@ from coda_spec.errors import Diagnostic
 from coda_spec.expr import ExprError, check, parse
 
 
-def program_diag(src, path, err: ExprError, is_block_start: bool = True) -> Diagnostic:
+def program_diag(src, path, err: ExprError) -> Diagnostic:
     line, col = src.where(path)
     text = src.lines[line - 1] if 0 < line <= len(src.lines) else ""
     if text[col - 1 : col] in ("|", ">"):  # block scalar: content starts on the next line

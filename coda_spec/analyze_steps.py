@@ -12,7 +12,16 @@ table (``coda_spec.dtypes``).
 from __future__ import annotations
 
 from coda_spec.analyze_lowering import epilogue_refusals, host_refusals
-from coda_spec.analyze_types import StepInfo, TensorInfo, TypeCtx, flat, load_hint, shape_expr
+from coda_spec.analyze_types import (
+    UNKNOWN_PARTIAL,
+    Partial,
+    StepInfo,
+    TensorInfo,
+    TypeCtx,
+    flat,
+    load_hint,
+    shape_expr,
+)
 from coda_spec.analyze_writes import finalize_step, store_item
 from coda_spec.dtypes import DTYPES
 from coda_spec.errors import Diagnostic, ItemError, did_you_mean
@@ -117,7 +126,7 @@ class StepWalker:
                 out.append(self.epilogue_step(step, scope, quiet))
         for t in self.produced:
             if t.origin == "partial" and t.name not in self.finalized:
-                op = _first_fold(t.partial[1] if t.partial else "sum")
+                op = _first_fold(t.partial.reduce if t.partial else "sum")
                 self.err(
                     t.loc.path,
                     f"reduction '{t.name}' is never finalized",
@@ -312,7 +321,7 @@ class StepWalker:
     def _failed(self, step, scope):
         """The step could not be typed (error already reported): register what it writes with
         unknown shapes so that later steps and the outputs check do not cascade."""
-        ops = step.epilogue if step.kind == "kernel" else step.body
+        ops = step.ops
         for op in ops:
             p = self.prims[op.prim]
             if p.results == "none":
@@ -324,7 +333,7 @@ class StepWalker:
             for name in names:
                 if name in scope:
                     continue
-                part = ("unknown",) * 5 if origin == "partial" else None
+                part = UNKNOWN_PARTIAL if origin == "partial" else None
                 dtype = self.outputs.get(name, "fp32")
                 info = TensorInfo(name, ("?",), dtype, origin, step.name, op.loc, partial=part)
                 self.produced.append(info)
@@ -366,7 +375,7 @@ class StepWalker:
                 path,
                 f"'{raw}' is a reduction partial; only a finalize step can read it",
                 "finalize it in a later step, e.g. - {finalize: "
-                f"{_first_fold(scope[raw].partial[1])}, of: {raw}, as: ...}}",
+                f"{_first_fold(scope[raw].partial.reduce)}, of: {raw}, as: ...}}",
             )
         elif raw in scope:
             self.err(
@@ -384,7 +393,7 @@ class StepWalker:
     def _op(self, step, op, env, scope, quiet, tc, dtype, reads, writes) -> bool:
         p = self.prims[op.prim]
         path = op.loc.path
-        ops = step.epilogue if step.kind == "kernel" else step.body
+        ops = step.ops
         idx = ops.index(op)
         later = {r: o.loc.line for o in ops[idx + 1 :] for r in o.results}
         ins, ok = {}, True
@@ -508,7 +517,7 @@ class StepWalker:
             "partial",
             step.name,
             op.loc,
-            partial=(vt.kind, op.get(op.prim), vt.width, vt.group, tc.rows),
+            partial=Partial(vt.kind, op.get(op.prim), vt.width, vt.group, tc.rows),
         )
         self.produced.append(info)
         scope[name] = info

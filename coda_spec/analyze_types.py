@@ -2,19 +2,35 @@
 
 Part of stage ``analyze`` (layer map in ``coda_spec.analyze``): ``TensorInfo`` (one chain tensor:
 folded shape, dtype, producer), ``StepInfo`` (one step: reads, writes, accumulator shape, pairing
-mode, the kind of each epilogue value) and ``TypeCtx``, the context handed to each primitive's
-``infer``. Pure data and tiny helpers shared by the typing walk (``analyze_steps``) and the
-chain-level checks (``analyze_order``); imports no other analyze module.
+mode, the kind of each epilogue value), ``Partial`` (a reduction partial's facts, read by name)
+and ``TypeCtx``, the context handed to each primitive's ``infer``. Pure data and tiny helpers
+shared by the typing walk (``analyze_steps``) and the chain-level checks (``analyze_order``);
+imports no other analyze module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from coda_spec.dims import DimError, fold
 from coda_spec.errors import ItemError
 from coda_spec.ir import Loc
 from coda_spec.primitives.base import double, half
+
+
+class Partial(NamedTuple):
+    """A reduction partial's facts, read by name (a NamedTuple, so it is still the tuple it was)."""
+
+    kind: str  # rowpart (a reduce_row's per-column-tile partials) | colpart (a reduce_col's)
+    reduce: str  # the reduction (sum, sumsq, max, logsumexp, ...): which finalize ops fold it
+    width: object  # the step's width (int or dynamic-dim name)
+    group: object  # the reduce_row's group (None: the whole row)
+    rows: object  # the step's rows
+
+
+# The partial of a reduction in a step whose typing failed (its facts are not known).
+UNKNOWN_PARTIAL = Partial("unknown", "unknown", "unknown", "unknown", "unknown")
 
 
 @dataclass(frozen=True)
@@ -26,7 +42,7 @@ class TensorInfo:
     producer: str  # step name ("" for inputs)
     loc: Loc = field(compare=False)
     ignore_index: int | None = None
-    partial: tuple | None = None  # (kind, reduce op, width, group) for partials
+    partial: Partial | None = None  # for partials
     add_to: str | None = None  # the input this output accumulated into, in place
 
 

@@ -39,7 +39,7 @@ def finalize_step(w, step, scope, quiet):
         )
         return _failed_finalize(w, step, scope)
     w.finalized.add(step.of)
-    kind, rop, width, group, rows = info.partial
+    rop, rows = info.partial.reduce, info.partial.rows
     row = finalize_op(step.op)
     if rop not in row.reads:
         w.err(
@@ -102,8 +102,8 @@ def _second_partial(w, step, row, info, scope, quiet) -> tuple:
         w.err(path + (key,), f"'{step.second}' is not a reduction partial", f"a {key} partial")
         return ()
     w.finalized.add(step.second)
-    if other.partial[1] != key:
-        w.err(path + (key,), f"'{step.second}' is a {other.partial[1]} partial, not {key}")
+    if other.partial.reduce != key:
+        w.err(path + (key,), f"'{step.second}' is a {other.partial.reduce} partial, not {key}")
     elif other.producer != info.producer or _layout(other) != _layout(info):
         w.err(
             path + (key,),
@@ -116,7 +116,7 @@ def _second_partial(w, step, row, info, scope, quiet) -> tuple:
 
 def _over(w, step, info) -> tuple:
     """The shape of a finalize ``over`` the partial's other axis: () (a per-tensor scalar)."""
-    kind, group, path = info.partial[0], info.partial[3], step.loc.path + ("over",)
+    kind, group, path = info.partial.kind, info.partial.group, step.loc.path + ("over",)
     want = OVER.get(kind)
     if want is None:
         w.err(path, f"'{step.of}' cannot be folded over {step.over}")
@@ -138,8 +138,8 @@ def _over(w, step, info) -> tuple:
 
 
 def _layout(info) -> tuple:
-    kind, _, width, group, rows = info.partial
-    return kind, width, group, rows
+    p = info.partial
+    return p.kind, p.width, p.group, p.rows
 
 
 def _reduction(kind: str) -> str:
@@ -161,7 +161,7 @@ def _finalize_typo(w, step, scope, quiet) -> bool:
     w.err(
         step.loc.path + ("of",),
         f"unknown tensor '{name}'",
-        f"did you mean '{t.name}'? (the {t.partial[1]} partial of step '{t.producer}', "
+        f"did you mean '{t.name}'? (the {t.partial.reduce} partial of step '{t.producer}', "
         f"line {t.loc.line})",
     )
     w.unknown.add(name)

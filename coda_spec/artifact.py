@@ -14,14 +14,28 @@ record the lowering declares an EpilogueArguments entry with. It imports nothing
 ``coda_spec.lower`` or ``coda_spec.primitives`` (a test checks it): the runtime imports it. The
 build-side writer that assembles a manifest from a lowered spec is ``coda_spec.manifest``.
 
-Format history: 2 added ``grads_in`` and ``backward_outputs``; 3 ``required`` on every input; 4
-config variants; 5 host steps and finalizes compiled ahead of time (``launch``); 6 makes every
-shape an expression over the spec's dims, so a build re-sizes by replacing ``dims`` (verify's
-ragged and ``--dims`` cases, bench) and finalizes run only as compiled kernels; 7 writes each
-variant's ``name`` (its config text) once, at build, and the ``of`` of each gradient; 8 adds
-``accumulate`` to every kernel step (the accumulating kernel of a weight gradient, or null).
-Only format 8 is read: an older build is refused; rebuild it (and re-run ``coda tune``: tune
-files are keyed by the build directory).
+Format history (the one record of it: ``FORMAT_VERSION``, docs/build.md and docs/runtime.md
+point here; CHANGELOG.md tells each release's change; tests/test_packaging.py checks that every
+version up to ``FORMAT_VERSION`` has its line):
+
+* 1: the first format: ``format``, ``name``, ``digest``, ``versions``, ``config``, ``library``,
+  ``dims``, ``inputs``/``outputs``, ``tensors``, ``steps``, ``backward_steps``, ``links``.
+* 2: adds ``grads_in`` and ``backward_outputs`` (the backward section's gradients).
+* 3: adds ``required`` on every input.
+* 4: config variants (``configs`` at the top, ``variants`` on each kernel step).
+* 5: host steps and finalizes compiled ahead of time (``launch`` on those steps, ``folded_into``
+  on a finalize a host kernel computes, ``partials`` on host steps, ``acc_only`` on kernel steps).
+* 6: every shape an expression over the spec's dims (5 wrote the values folded at the build's
+  dims: ``4096``, not ``"D"``), so a build re-sizes by replacing ``dims`` (verify's ragged and
+  ``--dims`` cases, bench); finalizes run only as compiled kernels.
+* 7: each variant's ``name`` (its config text, written once, at build) and each gradient's ``of``.
+* 8: ``accumulate`` on every kernel step (the accumulating kernel of a weight gradient, or null).
+* 9: the row table (field role ``rows``), row-vector transforms (``repeat``, ``as_uint8``), int64
+  scalar fields, and a finalize's ``over`` and ``second`` (a format-8 reader would misread them).
+
+The formats read are ``READABLE_FORMATS`` (8 and 9: an 8 holds none of 9's keys); an older build
+is refused with "rebuild with this coda": rebuild it, and re-run ``coda tune`` (tune files are
+keyed by the build directory).
 
 Shapes (format 6 on). Every shape -- ``inputs``, ``outputs``, ``tensors``, ``grads_in``,
 ``backward_outputs``, a kernel step's ``fields`` (and each variant's), ``d``/``c`` and GEMM
@@ -81,9 +95,7 @@ from typing import Any, ClassVar
 
 from coda_spec.dims import dynamic_dim, evaluator, exprs
 
-FORMAT_VERSION = 9  # 2: grads; 3: required; 4: variants; 5: launch; 6: shape exprs; 7: names;
-# 8: accumulating kernels; 9: row tables (role rows), row transforms (repeat, as_uint8), int64
-# scalars, finalize over/second (a format-8 runtime would misread them, so it refuses a 9)
+FORMAT_VERSION = 9  # what each version added: "Format history" in this module's docstring
 READABLE_FORMATS = (8, 9)  # 8 has none of 9's keys; older builds: rebuild (and re-run coda tune)
 MANIFEST = "manifest.json"
 _STEPS = ("steps", "backward_steps")

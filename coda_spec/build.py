@@ -269,8 +269,8 @@ def aot_kernels(checked, meta: dict) -> list:
         data = finalize_data(s, checked.analysis)
         f = fields.get(s.of)
         part = checked.analysis.tensor(s.of).partial
-        if f is None and part[0] == "colpart":  # a host reduce_col's (rows, W) per-row terms
-            role, fold, shape = "rowred", partial_fold(part[1]), written[s.of]["shape"]
+        if f is None and part.kind == "colpart":  # a host reduce_col's (rows, W) per-row terms
+            role, fold, shape = "rowred", partial_fold(part.reduce), written[s.of]["shape"]
         elif f is None:  # a host step's row partial: complete per row
             role, fold, shape = "exact", None, meta["tensors"][s.of]["shape"]
         else:

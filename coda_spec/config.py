@@ -57,10 +57,11 @@ class BuildConfig:
     pingpong: bool = False
     # Epilogue knobs (0 = QuACK's choice). ``epi_n`` is the width of the epilogue subtile the
     # output tile is stored and its C/tile operands loaded in (its height is fixed by the
-    # schedule, ``epi_rows``); ``c_stages`` is how many subtiles of C the epilogue prefetches
-    # before QuACK tops it up from smem left below one more mainloop stage. Both trade epilogue
-    # smem for mainloop (A/B) stages: b2's default config gets only 2 A/B stages next to 5 C
-    # stages (docs/benchmarks.md).
+    # schedule: 128 rows when a cooperative tile's two warpgroups split M, else 64, QuACK's
+    # ``GemmSm90._compute_tile_shape_or_override``); ``c_stages`` is how many subtiles of C the
+    # epilogue prefetches before QuACK tops it up from smem left below one more mainloop stage.
+    # Both trade epilogue smem for mainloop (A/B) stages: b2's default config gets only 2 A/B
+    # stages next to 5 C stages (docs/benchmarks.md).
     epi_n: int = 0
     c_stages: int = 0
 
@@ -70,11 +71,6 @@ class BuildConfig:
             if not d[knob]:
                 d.pop(knob)
         return d
-
-    def epi_rows(self) -> int:
-        """QuACK's epilogue subtile height: 128 when a cooperative tile's two warpgroups split
-        M, else 64 (``GemmSm90._compute_tile_shape_or_override``)."""
-        return 128 if not self.pingpong and self.tile_m % 128 == 0 else 64
 
     def acc_per_thread(self) -> int:
         """fp32 accumulator elements each MMA thread holds: the tile over the 128 threads of

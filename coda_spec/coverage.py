@@ -124,7 +124,7 @@ def ranged_items(checked) -> tuple:
     for section, steps in checked.spec.sections():
         for si, step in enumerate(steps):
             info = next(infos)
-            ops = step.epilogue if step.kind == "kernel" else getattr(step, "body", ())
+            ops = step.ops
             for oi, op in enumerate(ops):
                 if op.get("cols") is not None:
                     out.append(((section, si, oi), op, bounds(op, sizes), info.width))

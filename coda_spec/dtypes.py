@@ -46,6 +46,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+# Integers up to 2^24 in magnitude are exact in fp32, the type of every epilogue value: column
+# indices (the runtime's column tables) and index tensors compare exactly below it. The one home
+# of the bound: the checker's width and ignore_index rules and the runtime's table check read it.
+FP32_EXACT = 2**24
+
 
 @dataclass(frozen=True)
 class DType:

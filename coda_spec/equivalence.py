@@ -210,16 +210,11 @@ def mutants(checked):
     spec = checked.spec
     for section, steps in spec.sections():
         for si, step in enumerate(steps):
-            ops = (
-                step.epilogue
-                if step.kind == "kernel"
-                else (step.body if step.kind == "host" else ())
-            )
+            ops = step.ops
             for oi, op in enumerate(ops):
                 for new in prims[op.prim].mutants(op):
                     new_ops = ops[:oi] + (new,) + ops[oi + 1 :]
-                    field = "epilogue" if step.kind == "kernel" else "body"
-                    new_step = replace(step, **{field: new_ops})
+                    new_step = step.with_ops(new_ops)
                     yield (
                         f"{section}[{si}] {op.prim} -> {new.prim} {dict(new.args)}",
                         _with_step(spec, section, si, new_step),
@@ -254,6 +249,6 @@ def perturbation_sites(checked):
             if step.kind == "finalize":
                 yield (section, si, None)
                 continue
-            ops = step.epilogue if step.kind == "kernel" else step.body
+            ops = step.ops
             for oi in range(len(ops)):
                 yield (section, si, oi)

@@ -27,6 +27,7 @@ import keyword
 from dataclasses import dataclass
 
 from coda_spec import dims as dimmod
+from coda_spec import idents
 from coda_spec.dtypes import dtype
 from coda_spec.errors import ItemError
 
@@ -94,9 +95,8 @@ class HostCtx:
     # -- names -------------------------------------------------------------------------------
     @staticmethod
     def ident(name: str) -> str:
-        if name in RESERVED or keyword.iskeyword(name):
-            return f"{name}_"
-        return name
+        """A spec name in the host kernel (``coda_spec.idents``: clear of its own names)."""
+        return idents.ident(name, RESERVED)
 
     def fresh(self, base: str) -> str:
         """A new kernel-local name: ``base`` unless taken, else ``base_2``, ``base_3``..."""
@@ -285,9 +285,6 @@ class HostCtx:
 
     def info_of(self, tensor: str):
         return self.checked.analysis.tensor(tensor)
-
-    def tl_dtype(self, tensor: str) -> str:
-        return dtype(self.info_of(tensor).dtype).triton
 
     def fp32(self, expr: str, tensor: str) -> str:
         """``expr`` (loaded from ``tensor``) converted to fp32 unless it already is."""

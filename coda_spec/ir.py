@@ -4,7 +4,10 @@ Three walkers read this IR: ``analyze`` (kinds, shapes, lowering modes, partial 
 the lowering (generated kernel source) and ``reference`` (torch math). Each epilogue item is a
 generic :class:`Op` whose ``prim`` names its primitive in the registry; walkers dispatch on that
 string and on the primitive's declared ports, never on Python types. Steps dispatch on
-``step.kind`` (``"kernel"``, ``"host"``, ``"finalize"``).
+``step.kind`` (``"kernel"``, ``"host"``, ``"finalize"``). A step's op list is read through one
+accessor, :attr:`StepOps.ops` (a kernel's ``epilogue``, a host step's ``body``, none for a
+finalize), and rebuilt through :meth:`StepOps.with_ops`; ``ops_field`` names the field (and the
+spec path key) that holds it.
 
 Every node keeps the 1-based line/col and spec path of its source so that any later stage
 (analysis, lowering comments, compiler errors) can point back into the YAML.
@@ -13,6 +16,7 @@ Every node keeps the 1-based line/col and spec path of its source so that any la
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,23 @@ class Op:
         return replace(self, prim=prim, args=args)
 
 
+class StepOps:
+    """The op list of a step, whatever its kind: the one home of "a kernel's epilogue, a host
+    step's body". A class attribute and methods only, so no dataclass field (``to_data``, equality
+    and hashing see the same fields as before)."""
+
+    ops_field: ClassVar[str | None] = None  # the field holding the op list (None: it has none)
+
+    @property
+    def ops(self) -> tuple:
+        """The step's items (``tuple[Op, ...]``); ``()`` for a finalize step."""
+        return getattr(self, self.ops_field) if self.ops_field else ()
+
+    def with_ops(self, ops: tuple):
+        """A copy of the step with its op list replaced."""
+        return replace(self, **{self.ops_field: ops})
+
+
 @dataclass(frozen=True)
 class Operand:
     name: str
@@ -84,17 +105,18 @@ class Gemm:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Kernel(StepOps):
     name: str
     gemm: Gemm
     epilogue: tuple  # tuple[Op, ...]
     doc: str = ""
     loc: Loc = field(default=None, compare=False)
     kind: str = "kernel"
+    ops_field: ClassVar[str] = "epilogue"
 
 
 @dataclass(frozen=True)
-class Host:
+class Host(StepOps):
     """A GEMM-free step (CODA's B3/B4): a row-wise pass over ``over`` in the same primitive
     language, compiled at build time to one Triton kernel (``coda_spec.lower.host_kernel``)."""
 
@@ -104,10 +126,11 @@ class Host:
     doc: str = ""
     loc: Loc = field(default=None, compare=False)
     kind: str = "host"
+    ops_field: ClassVar[str] = "body"
 
 
 @dataclass(frozen=True)
-class Finalize:
+class Finalize(StepOps):
     op: str  # an op of coda_spec.finalize.TABLE: sum | mean | rsqrt_mean | logsumexp | max | var
     of: str  # the partial-reduction name
     result: str

@@ -63,7 +63,7 @@ import keyword
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from coda_spec import dims
+from coda_spec import dims, idents
 from coda_spec.artifact import F32_BITS, Field
 from coda_spec.errors import ItemError
 
@@ -256,9 +256,6 @@ class LowerCtx:
     def has_d(self) -> bool:
         return self._d is not None
 
-    def has_c(self) -> bool:
-        return self._c is not None
-
     def has_operand(self, name: str) -> bool:
         return name in self._params
 
@@ -285,9 +282,8 @@ class LowerCtx:
     # -- names -------------------------------------------------------------------------------
     @staticmethod
     def ident(name: str) -> str:
-        if name in RESERVED or keyword.iskeyword(name) or name.startswith("_q"):
-            return f"{name}_"
-        return name
+        """A spec name in kernel.py (``coda_spec.idents``: clear of its imports and ``_q``)."""
+        return idents.ident(name, RESERVED, private="_q")
 
     def fresh(self, base: str) -> str:
         """A temporary named after a value: ``base`` itself unless a value or tensor of this
@@ -499,9 +495,6 @@ class LowerCtx:
         """An op QuACK runs besides the fn's own (``extra_ops=``), once per kernel."""
         if expr not in self._extra:
             self._extra.append(expr)
-
-    def has_extra_op(self, expr: str) -> bool:
-        return expr in self._extra
 
     def global_line(self, text: str):
         """A module-level line of kernel.py above this kernel (shared op objects)."""

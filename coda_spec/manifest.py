@@ -139,7 +139,7 @@ def _host_partials(info, analysis) -> dict:
     """partial -> its fold (``finalize.partial_fold``: how a finalize combines it)."""
 
     return {
-        t: partial_fold(analysis.tensor(t).partial[1])
+        t: partial_fold(analysis.tensor(t).partial.reduce)
         for t in info.writes
         if analysis.tensor(t).origin == "partial"
     }
@@ -148,9 +148,8 @@ def _host_partials(info, analysis) -> dict:
 def finalize_data(step, analysis) -> dict:
     """A finalize step as the manifest records it (``n`` defaults to the reduced extent; a Sym
     or the spec's text here, its expression in the written manifest)."""
-    part = analysis.tensor(step.of).partial
-    kind, _, width, group, rows = part
-    n = step.n if step.n is not None else default_n(kind, width, group, rows, step.over)
+    p = analysis.tensor(step.of).partial
+    n = step.n if step.n is not None else default_n(p.kind, p.width, p.group, p.rows, step.over)
     data = {
         "kind": "finalize",
         "name": step.name,

@@ -236,7 +236,7 @@ def proof_bytes(checked: Checked, sizes: dict) -> int:
     a = checked.analysis
     elements = sum(count(t.shape) for t in a.tensors)
     for step, info in a.step_infos():
-        items = step.epilogue if step.kind == "kernel" else getattr(step, "body", ())
+        items = step.ops
         rows = (
             info.rows
             if info.rows is not None
@@ -265,10 +265,9 @@ def _casts(spec) -> list:
     for section, steps in spec.sections():
         prefix = "steps" if section == "steps" else "backward.steps"
         for si, step in enumerate(steps):
-            field = "epilogue" if step.kind == "kernel" else "body"
-            for oi, op in enumerate(getattr(step, field, ())):
+            for oi, op in enumerate(step.ops):
                 if op.prim == "cast" and op.get("dtype") != "fp32":
-                    found.append((f"{prefix}[{si}].{field}[{oi}]", op.get("dtype")))
+                    found.append((f"{prefix}[{si}].{step.ops_field}[{oi}]", op.get("dtype")))
     return found
 
 

@@ -149,15 +149,15 @@ def _run_step(rt_args, step, env, perturb=None, hook=None):
     precision, sizes, analysis = rt_args
     if step.kind == "finalize":
         info = analysis.tensor(step.of)
-        kind, _, width, group, rows = info.partial
-        default = default_n(kind, width, group, rows, step.over)
+        p = info.partial
+        default = default_n(p.kind, p.width, p.group, p.rows, step.over)
         # the runtime's evaluator: an over-rows default n (rows x width) is 0 at M = 0, a
         # fold over nothing (its identity), which dimmod.evaluate refuses as a dim
         n = dimmod.evaluator(step.n if step.n is not None else default)(sizes)
         rt = RefCtx(precision, sizes, analysis)
         second = env[step.second] if step.second is not None else None
         env[step.result] = finalize_fold(
-            rt, step.op, env[step.of], n, step.eps, kind, second=second, over=bool(step.over)
+            rt, step.op, env[step.of], n, step.eps, p.kind, second=second, over=bool(step.over)
         )
         if perturb is True:
             env[step.result] = _nudge(env[step.result])

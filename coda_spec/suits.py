@@ -85,7 +85,7 @@ def baked_change(built, case) -> str | None:
     new = {d.name: d.size for d in case.spec.dims}
     pairs = zip(built.analysis.step_infos(), case.analysis.step_infos(), strict=True)
     for (step, info), (_, now_info) in pairs:
-        for op in getattr(step, "epilogue", None) or getattr(step, "body", None) or ():
+        for op in step.ops:
             p = prims[op.prim]
             for expr in p.bakes(op, step.kind):
                 was, now = dims.constant(expr, old), dims.constant(expr, new)

@@ -148,8 +148,8 @@ def _one(case: dict, source: Path) -> dict:
 
     for t, v in outs.items():  # a reduce_col partial is (rows, W) per-row terms: fold them
         part = analysis.tensor(t).partial
-        if part is not None and part[0] == "colpart":
-            outs[t] = v.amax(0) if partial_fold(part[1]) == "max" else v.sum(0)
+        if part is not None and part.kind == "colpart":
+            outs[t] = v.amax(0) if partial_fold(part.reduce) == "max" else v.sum(0)
     result = {
         "kernel": outs,
         "reference": {t: ref[t].reshape(outs[t].shape) for t in outs},

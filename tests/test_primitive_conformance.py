@@ -68,7 +68,7 @@ def steps_using(name: str) -> dict[str, list]:
     """kind ('kernel' / 'host') -> the steps of ``name``'s file whose items use ``name``."""
     out: dict[str, list] = {}
     for step in checked(name).spec.all_steps():
-        ops = step.epilogue if step.kind == "kernel" else getattr(step, "body", ())
+        ops = step.ops
         if any(op.prim == name for op in ops):
             out.setdefault(step.kind, []).append(step)
     return out

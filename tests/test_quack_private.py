@@ -6,6 +6,9 @@
 * The pins (skip without quack): every private name the adapter wraps still exists in the
   installed QuACK with the signature and source it was checked against. A QuACK upgrade that
   renames or changes one fails here; re-check the adapter's use of it, then update the pin.
+* The compile call (skip without quack): the keywords the compile worker passes to QuACK's
+  ``EpiMod.gemm``, the private ``_launch=False`` (compile, no launch) among them, are all in the
+  installed QuACK's signature.
 """
 
 from __future__ import annotations
@@ -125,3 +128,52 @@ def test_private_quack_name_is_unchanged(module, attr):
         f"QuACK changed {module}.{attr} (source hash {got}, pinned {digest}): re-check "
         "coda_spec/lower/quack_private.py's use of it, then update the pin"
     )
+
+
+def _compile_gemm_keywords() -> set[str]:
+    """The keywords ``quack_adapter.compile_one`` passes to QuACK's ``EpiMod.gemm`` (the
+    generated fn's ``.gemm(...)``): the call's own and the keys it adds to ``kwargs``."""
+    tree = ast.parse((ROOT / "coda_spec" / "lower" / "quack_adapter.py").read_text())
+    fn = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "compile_one"
+    )
+    names = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "gemm":
+            names |= {k.arg for k in node.keywords if k.arg is not None}
+        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "kwargs":
+            for d in ast.walk(node.value):  # kwargs = {"epi_key_overrides": ...} if ... else {}
+                if isinstance(d, ast.Dict):
+                    names |= {k.value for k in d.keys if isinstance(k, ast.Constant)}
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            if ast.unparse(node.value) == "kwargs":  # kwargs["post_init_attrs"] = ...
+                names.add(node.slice.value)
+    return names
+
+
+def test_the_compile_call_keywords_are_found():
+    assert {"_launch", "epi_args", "tile_M", "post_init_attrs", "epi_key_overrides"} <= (
+        _compile_gemm_keywords()
+    )
+
+
+@pytest.mark.slow  # imports quack and cutlass
+@needs_build
+def test_quack_gemm_takes_the_compile_only_keyword():
+    """The compile worker compiles without launching through QuACK's private keyword
+    ``_launch=False`` (``coda_spec/lower/quack_adapter.py``, ``compile_one``): pinned here with
+    every other keyword that call passes, against the installed QuACK's ``EpiMod.gemm``."""
+    pytest.importorskip("quack", reason="needs the [build] extra (quack-kernels)")
+    from quack.epilogue.frontend import EpiMod
+
+    params = inspect.signature(EpiMod.gemm).parameters
+    launch = params.get("_launch")
+    assert launch is not None and launch.kind == inspect.Parameter.KEYWORD_ONLY, (
+        "QuACK's EpiMod.gemm no longer takes the keyword _launch, which "
+        "coda_spec/lower/quack_adapter.py's compile_one passes (_launch=False: compile and "
+        "export, no launch); find QuACK's compile-only path (quack/epilogue/frontend.py, "
+        "EpiMod.plan) and pass that in compile_one instead"
+    )
+    assert launch.default is True, f"EpiMod.gemm's _launch defaults to {launch.default!r}"
+    missing = sorted(_compile_gemm_keywords() - set(params))
+    assert not missing, f"QuACK's EpiMod.gemm takes none of {missing}: update compile_one"

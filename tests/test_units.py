@@ -124,3 +124,71 @@ def test_loader_reports_duplicate_keys_with_both_places():
     (d,) = e.value.diagnostics
     assert (d.line, d.col) == (3, 1) and "duplicate key 'a'" in d.message
     assert "line 1, column 1" in d.hint
+
+
+def test_step_ops_is_the_one_op_list_accessor():
+    # a kernel's epilogue, a host step's body, nothing for a finalize; with_ops rebuilds the same
+    # field, and the accessor adds no dataclass field (goldens, equality and hashing unchanged)
+    from dataclasses import fields
+
+    from coda_spec.ir import Finalize, Gemm, Host, Kernel, Loc, Op, Operand, to_data
+
+    loc = Loc(1, 1, ("steps", 0))
+    a, b = (
+        Op("load_col", (("load_col", "x"),), ("v",), loc),
+        Op("store", (("store", "v"),), (), loc),
+    )
+    kernel = Kernel("k", Gemm(Operand("x", False), Operand("w", True), loc), (a,), loc=loc)
+    host = Host("h", "x", (b,), loc=loc)
+    fin = Finalize("sum", "p", "s", loc=loc)
+    assert (kernel.ops, host.ops, fin.ops) == ((a,), (b,), ())
+    assert (kernel.ops_field, host.ops_field, fin.ops_field) == ("epilogue", "body", None)
+    assert kernel.with_ops((a, b)).epilogue == (a, b) and host.with_ops(()).body == ()
+    for step in (kernel, host, fin):
+        assert "ops" not in {f.name for f in fields(step)} and "ops_field" not in to_data(step)
+
+
+def test_a_partial_is_read_by_name():
+    # TensorInfo.partial: named facts (kind, reduce, width, group, rows), still the plain tuple
+    # it was (a NamedTuple), so any serialized form of it is unchanged
+    from pathlib import Path
+
+    from coda_spec.analyze_types import Partial
+    from coda_spec.frontend import check_file
+
+    spec = Path(__file__).resolve().parents[1] / "specs" / "f6_lse.yaml"
+    part = check_file(spec).analysis.tensor("lse_part").partial
+    assert isinstance(part, Partial) and isinstance(part, tuple)
+    assert (part.kind, part.reduce, part.width, part.group, part.rows) == (
+        "rowpart",
+        "logsumexp",
+        32768,
+        None,
+        "M",
+    )
+    assert list(part) == ["rowpart", "logsumexp", 32768, None, "M"]
+
+
+def test_one_identifier_rule_for_generated_names():
+    # coda_spec.idents.ident: the rule behind LowerCtx.ident, HostCtx.ident and the finalize
+    # kernels' entry names; a spec name (an identifier by the schema) only gets a trailing _
+    # where it would clash with the generated module
+    from coda_spec.host_api import HostCtx
+    from coda_spec.idents import ident
+    from coda_spec.lower.finalize_kernel import TAKEN
+    from coda_spec.lower_api import LowerCtx
+
+    assert ident("x") == "x" and ident("lambda") == "lambda_" and ident("tl", {"tl"}) == "tl_"
+    assert ident("_qv", private="_q") == "_qv_" and ident("_qv") == "_qv"
+    assert ident("a-b.c") == "a_b_c" and ident("2x") == "_2x"
+    assert (LowerCtx.ident("acc"), LowerCtx.ident("_q1"), LowerCtx.ident("tl")) == (
+        "acc_",
+        "_q1_",
+        "tl",
+    )
+    assert (HostCtx.ident("tl"), HostCtx.ident("_q1"), HostCtx.ident("acc")) == (
+        "tl_",
+        "_q1",
+        "acc",
+    )
+    assert ident("triton", TAKEN) == "triton_" and ident("finalize_lse", TAKEN) == "finalize_lse"

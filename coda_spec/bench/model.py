@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 
 FORMAT = 1
 SOL_SLACK = 1.05  # a case whose coda time is above this multiple of its SoL is flagged
-DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 CODA = "coda"
 BASELINES = ("eager", "compile", "liger")  # every baseline name a run may hold, in table order
 

@@ -43,8 +43,7 @@ def section_cost(checked) -> Cost:
             continue
         if isinstance(step, Kernel):
             moved += rows(step.gemm.a.name) + rows(step.gemm.b.name)
-        items = step.epilogue if isinstance(step, Kernel) else step.body
-        for op in items:
+        for op in step.ops:
             if op.prim in ("load_tile", "load_col"):
                 moved += rows(op.get(op.prim))
             elif op.prim == "store":

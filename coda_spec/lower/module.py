@@ -21,6 +21,7 @@ from coda_spec.errors import SpecError
 from coda_spec.lower.emit import lower_kernel
 from coda_spec.lower_api import KERNEL_IMPORTS, MODULE_IMPORTS
 from coda_spec.primitives import registry
+from coda_spec.versions import generated_banner, spec_origin
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,7 @@ def render(spec, kernels) -> str:
         return ""
     head = "\n".join(
         [
-            f"# Generated from {spec.file} (spec hash {spec.digest}) by coda; do not edit:",
-            "# change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.",
+            *generated_banner("kernel.py", spec_origin(spec.file, spec.digest)),
             f'"""Epilogues of chain \'{spec.name}\' for QuACK\'s sm90 GEMM."""',
             "",
             render_imports(n for k in kernels for n in k.imports),

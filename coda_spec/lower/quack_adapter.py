@@ -179,7 +179,7 @@ def compile_one(mod, k: dict, meta: dict, config: dict):
             cluster_N=config["cluster_n"],
             pingpong=config["pingpong"],
             persistent=True,
-            _launch=False,
+            _launch=False,  # QuACK's private compile-only keyword (tests/test_quack_private.py)
             add_to_output=bool(k["add_to"]) or bool(k.get("accumulate")),
             **kwargs,
         )

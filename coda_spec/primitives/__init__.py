@@ -62,11 +62,7 @@ def registry() -> MappingProxyType:
 def cache_keys(spec) -> list:
     """``cache_key()`` of every primitive that ``spec`` (a normalized ``ir.Spec``) uses, sorted."""
     prims = registry()
-    used = {
-        op.prim
-        for step in spec.all_steps()
-        for op in getattr(step, "epilogue", getattr(step, "body", ()))
-    }
+    used = {op.prim for step in spec.all_steps() for op in step.ops}
     return sorted(list(prims[name].cache_key()) for name in used)
 
 

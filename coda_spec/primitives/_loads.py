@@ -3,12 +3,10 @@ per-row operand and column compares their GEMM-epilogue lowerings share."""
 
 from __future__ import annotations
 
+from coda_spec.dtypes import FP32_EXACT
 from coda_spec.errors import ItemError
 from coda_spec.primitives.base import INDEX_DTYPES
 
-# Integers up to 2^24 in magnitude are exact in fp32, the type of every epilogue value: column
-# indices and index tensors (converted by the runtime) compare exactly below it.
-FP32_EXACT = 2**24
 # Why a per-column table is not read in a packed kernel (``Primitive.no_mode``).
 NO_PACKED_TABLE = (
     "a packed_pair kernel (16-bit (even, odd) pairs at twice the accumulator's width) reads no "
@@ -63,7 +61,7 @@ def need_exact_width(tc, what: str, key: str, kernels_only: bool = True):
         raise ItemError(
             f"{what}: {where} is {tc.width}; column indices are fp32 values, exact up to 2^24",
             key,
-            "split the step over its columns into steps of at most 16777216 columns",
+            f"split the step over its columns into steps of at most {FP32_EXACT} columns",
         )
 
 

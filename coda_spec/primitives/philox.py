@@ -27,9 +27,9 @@ check --math`` and ``coda verify`` compare the numbers exactly. The math languag
 """
 
 from coda_spec import philox as generator  # torch-free at import: its functions import torch
+from coda_spec.dtypes import FP32_EXACT
 from coda_spec.errors import ItemError
 from coda_spec.lower_api import Code
-from coda_spec.primitives._loads import FP32_EXACT
 from coda_spec.primitives.base import (
     TENSOR_REF,
     VALUE_REF,

@@ -13,9 +13,9 @@ magnitude), but not inside a ``prepass`` statistic's input:
 ```
 """
 
+from coda_spec.dtypes import FP32_EXACT
 from coda_spec.errors import ItemError
 from coda_spec.primitives._loads import (
-    FP32_EXACT,
     col_operand,
     index_tensor,
     need_index,

@@ -43,7 +43,7 @@ import torch
 
 from coda_spec import dims as dimmod
 from coda_spec.artifact import F32_BITS, SPLIT_K, KernelStep, Manifest
-from coda_spec.dtypes import TORCH_DTYPES
+from coda_spec.dtypes import FP32_EXACT, TORCH_DTYPES
 from coda_spec.runtime.call import Call, alloc
 from coda_spec.runtime.cubin import Cubin, LaunchError
 from coda_spec.runtime.plan import CodaRuntimeError, Plan
@@ -51,7 +51,6 @@ from coda_spec.runtime.plan import CodaRuntimeError, Plan
 LIB = "libcute_dsl_runtime.so"
 LIB_ENV = "CODA_CUTE_DSL_RUNTIME"
 TABLES_KEPT = 8  # RoPE tables kept before those of dead tensors are dropped
-FP32_EXACT = 2**24  # a column table is fp32: every column index up to 2^24 is exact
 ZERO_K = 16  # the K of the zero operands an empty-K GEMM runs on (16 bytes of fp8, 32 of bf16)
 
 
