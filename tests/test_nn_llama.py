@@ -472,3 +472,44 @@ def test_the_lm_head_sums_its_weight_gradient_in_one_buffer():
     assert all(t is seen[0] for t in seen) and seen[0].shape == w_lm.shape
     loss.backward()
     assert torch.equal(w_lm.grad, torch.full((6, 4), 3.0))  # three chunks, each added once
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["causal", "mask"])
+def test_attention_heads_backward_is_one_cat(masked):
+    """SDPA's q, k, v are views of qkv and their gradients come back as one ``cat`` into a
+    qkv-shaped tensor (``_Heads``), equal to indexing the heads: autograd's slice backward
+    zeroed a qkv-sized buffer per slice, copied into it and added the three (3 fills, 4 copies,
+    2 adds per layer, counted here before the change)."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from coda_spec.nn.llama import _attention
+
+    b, s, h, kv, hd = 2, 16, 4, 2, 8
+    shape = SimpleNamespace(heads=h, kv_heads=kv, head_dim=hd)
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(b * s, (h + 2 * kv) * hd, generator=g, dtype=torch.float64)
+    qkv.requires_grad_(True)
+    dy = torch.randn(b * s, h * hd, generator=g, dtype=torch.float64)
+    mask = torch.ones(s, s, dtype=torch.bool).tril().expand(b, 1, s, s) if masked else None
+
+    def indexed(x):  # the heads by indexing, as before
+        heads = x.view(b, s, h + 2 * kv, hd).transpose(1, 2)
+        q, k, v = heads[:, :h], heads[:, h : h + kv], heads[:, h + kv :]
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            k, v = (t.repeat_interleave(h // kv, dim=1) for t in (k, v))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return y.transpose(1, 2).reshape(b * s, h * hd)
+
+    (want,) = torch.autograd.grad(indexed(qkv), qkv, dy)
+    y = _attention(qkv, shape, b, s, mask)
+    assert torch.equal(y, indexed(qkv))
+    with torch.profiler.profile() as prof:
+        (got,) = torch.autograd.grad(y, qkv, dy)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    ops = Counter(e.name for e in prof.events())
+    assert ops["aten::cat"] == 1 and ops["aten::slice_backward"] == 0
+    if not masked:  # (repeat_interleave's backward sums the repeated heads: adds of its own)
+        assert ops["aten::add_"] == 0 and ops["aten::copy_"] == 0

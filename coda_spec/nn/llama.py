@@ -377,14 +377,38 @@ class _LMHead(torch.autograd.Function):
         return None, None, dx2 * grad, None, None, dgamma_f * grad, dw_lm * grad, None, None
 
 
+class _Heads(torch.autograd.Function):
+    """q, k and v of ``qkv [M, (NH + 2*NKV)*HD]`` as SDPA's ``[B, heads, S, HD]`` views (no
+    copy), with a backward that writes their three gradients into one ``[M, (NH + 2*NKV)*HD]``
+    tensor in one ``cat``. Indexing the heads instead makes autograd's slice backward zero a
+    qkv-sized buffer per slice, copy the slice's gradient into it and add the three, then copy
+    once more through the transpose: 3 fills, 4 copies and 2 adds of M x (NH + 2*NKV)*HD per
+    layer (``tests/test_nn_llama.py`` counts them on the CPU; not yet profiled on the GPU)."""
+
+    @staticmethod
+    def forward(ctx, qkv, dims):
+        b, s, h, kv, hd = dims
+        ctx.dims = dims
+        heads = qkv.view(b, s, h + 2 * kv, hd).transpose(1, 2)
+        return heads[:, :h], heads[:, h : h + kv], heads[:, h + kv :]
+
+    @staticmethod
+    def backward(ctx, dq, dk, dv):
+        b, s, h, kv, hd = ctx.dims
+        parts = []
+        for g, n in ((dq, h), (dk, kv), (dv, kv)):  # [B, n, S, HD] -> [B, S, n, HD] views
+            g = g if g is not None else torch.zeros(b, n, s, hd, dtype=dq.dtype, device=dq.device)
+            parts.append(g.transpose(1, 2))
+        return torch.cat(parts, dim=2).view(b * s, (h + 2 * kv) * hd), None
+
+
 def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None) -> torch.Tensor:
     """SDPA over the heads of ``qkv [M, (NH + 2*NKV)*HD]``; returns ``y [M, NH*HD]``. ``mask``
     (``[B, 1, S, S]`` bool, ``coda_spec.nn.call``): a padded or packed batch's, with k and v
     repeated to the query heads as transformers does with a mask (SDPA's GQA takes the math
     kernel with one on the GPU); None: causal."""
     h, kv, hd = shape.heads, shape.kv_heads, shape.head_dim
-    heads = qkv.view(b, s, h + 2 * kv, hd).transpose(1, 2)
-    q, k, v = heads[:, :h], heads[:, h : h + kv], heads[:, h + kv :]
+    q, k, v = _Heads.apply(qkv, (b, s, h, kv, hd))
     scale = 1.0 / math.sqrt(hd)
     if mask is None:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
