@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coda_spec.grad.facts import FKernel, Unsupported
-from coda_spec.grad.records import BStep, Item, Term, Unavailable
+from coda_spec.grad.records import BStep, DerivationView, Item, Term, Unavailable
 from coda_spec.grad.step import StepBuilder
 
 
@@ -147,6 +147,39 @@ class Derivation:
             if s.kernel is None and self.needs(None, s.x):
                 uses[s.x] = uses.get(s.x, 0) + 1
 
+    def view(self) -> DerivationView:
+        """What a step builder may read and write of this derivation (its current state)."""
+        st = self.st
+        return DerivationView(
+            spec=self.spec,
+            analysis=self.analysis,
+            stats=self.stats,
+            wrt=self.wrt,
+            keep=self.keep,
+            fresh=self.fresh,
+            source_of=self.source_of,
+            needs=self.needs,
+            producer=self.producer,
+            ln_of=self.ln_of,
+            weight_vector=self.weight_vector,
+            output_name=self.output_name,
+            pending=st.pending,
+            uses=st.uses,
+            rows=st.rows,
+            zdz=st.zdz,
+            zdz_left=st.zdz_left,
+            zdz_done=st.zdz_done,
+            dacc=st.dacc,
+            wgrad_a=st.wgrad_a,
+            readers=st.readers,
+            save=st.save,
+            outputs=st.outputs,
+            grads=st.grads,
+            tensors=st.tensors,
+            lnparts=st.lnparts,
+            lndone=st.lndone,
+        )
+
     # ---- the schedule --------------------------------------------------------------------
 
     def run(self) -> list:
@@ -262,14 +295,14 @@ class Derivation:
 
     def place(self, p: FKernel, how: str, j: FKernel | None) -> None:
         if how == "dgrad":
-            step = StepBuilder.dgrad(self, j, p)
+            step = StepBuilder.dgrad(self.view(), j, p)
         elif how == "host":
             over = next((t.name for ts in self._seed_tiles(p) for t in ts), None)
             if over is None:
                 raise Unavailable("an incoming gradient tile to run over")
-            step = StepBuilder.host(self, p, over)
+            step = StepBuilder.host(self.view(), p, over)
         else:
-            step = StepBuilder.recompute(self, p)
+            step = StepBuilder.recompute(self.view(), p)
         step.differentiate(p)
         step.finish_inputs_of(p)
         if how == "dgrad":
@@ -291,7 +324,7 @@ class Derivation:
     def input_dgrad(self, p: FKernel) -> None:
         """p's A operand is a chain input: its dgrad (if it needs a gradient) and p's wgrad."""
         if self.needs(None, p.a):
-            step = StepBuilder.dgrad(self, p, None)
+            step = StepBuilder.dgrad(self.view(), p, None)
             step.finish_tensor(p.a, step.seed_of_a(p))
             self.steps.append(step.done())
             self.after_step()

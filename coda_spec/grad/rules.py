@@ -1,13 +1,13 @@
 """Local derivative rules: one per forward primitive, the one home of each vjp.
 
-``RULES[prim](step, op, g)`` receives the backward :class:`~coda_spec.grad.derive.StepBuilder`
+``RULES[prim](step, op, g)`` receives the backward :class:`~coda_spec.grad.step.StepBuilder`
 it emits into, the forward item and the gradient ``g`` of the item's result (a ``Grad``, the
 lazy sum of terms the builder keeps), and hands each operand its share with
 ``step.contribute(operand, grad)``. A rule reads forward values through ``step.val`` (load or
 recompute in the backward step) and writes items through ``step.emit``; it never decides where
 the item runs: that is the schedule's (``coda_spec.grad.derive``). Rules for what needs the
 whole chain (the deferred norm's statistic, the log-sum-exp, the target-logit gather) live in
-the schedule too, since they tie several steps together.
+``coda_spec.grad.special``, since they tie several steps together.
 
 Ranged items (``cols: [lo, hi]``, ``coda_spec.primitives._ranges``) compute
 ``y = where(lo <= col < hi, f(x, b, ...), x)``, ``x`` their first operand. So ``x``'s gradient
@@ -231,7 +231,7 @@ def _dropout(step, op, g):
     keys = {k: v for k, v in draw.args if k not in ("philox", "as")}
     for v in keys.values():
         if isinstance(v, str):
-            step.d.st.save.add(v)
+            step.save(v)
     again = step.emit(draw, "philox", gv, name=f"{u}_again", **keys)
     p = op.get("p")
     step.contribute(x, step.grad(step.emit(op, "dropout", [gv, again], p=p, grad_of=x)))

@@ -8,22 +8,37 @@ kernel that re-runs that GEMM) and handing each item's gradient to its rule
 ``mat`` turns one into a value of the step, ``store_tensor`` into a tensor in memory (``add_to``
 of its one tensor term when nothing still reads that tensor). Where each step runs is
 ``coda_spec.grad.derive``'s decision.
+
+A step sees the derivation only through the :class:`~coda_spec.grad.records.DerivationView` it
+is built with (``d``): the forward's facts, the derivation's queries and the state containers
+it writes. The items no rule covers (LayerNorm, deferred row scales, row reductions, gathers)
+are in ``coda_spec.grad.special``, what a step stores for the steps after it in
+``coda_spec.grad.finish``; both are functions of the step, as the rules are.
 """
 
 from __future__ import annotations
 
 from coda_spec.grad.facts import FKernel, Unsupported
-from coda_spec.grad.records import BStep, Item, Term, Unavailable
+from coda_spec.grad.finish import finish_inputs_of, finish_tensor, wgrad_operand
+from coda_spec.grad.records import LOADS, BStep, DerivationView, Item, Term, Unavailable
 from coda_spec.grad.rules import RULES
+from coda_spec.grad.special import (
+    gather_backward,
+    ln_backward,
+    ln_partials,
+    reduce_backward,
+    row_scale_backward,
+)
 
-_LOADS = ("load_tile", "load_row", "load_col", "load_scalar")
 # an item's parameters a recompute copies as written (a range's bounds are dim expressions, not
 # values: ``cols: [0, "F/2"]`` names no forward value)
 LITERAL_ARGS = ("dtype", "by", "eps", "min", "max", "cap", "slope", "p", "cols")
 
 
 class StepBuilder:
-    def __init__(self, d, bstep: BStep, acc_of: int | None = None, j: FKernel | None = None):
+    def __init__(
+        self, d: DerivationView, bstep: BStep, acc_of: int | None = None, j: FKernel | None = None
+    ):
         self.d, self.b, self.acc_of, self.j = d, bstep, acc_of, j
         self.scope: dict = {}  # (forward kernel index, value) -> value name in this step
         self.loaded: dict = {}  # (load prim, tensor) -> value name
@@ -36,12 +51,13 @@ class StepBuilder:
         self.current = ""
         self.noted: set = set()
         self.acc_grad = None
+        self.scaled = False  # d(acc) already multiplied by the deferred row scale
 
     # ---- the three placements ------------------------------------------------------------
 
     @classmethod
-    def dgrad(cls, d, j: FKernel, p: FKernel | None):
-        dacc, _ = d.st.dacc[j.index]
+    def dgrad(cls, d: DerivationView, j: FKernel, p: FKernel | None):
+        dacc, _ = d.dacc[j.index]
         gemm = {"a": dacc, "b": j.w} if j.w_t else {"a": dacc, "b": f"{j.w}.T"}
         what = f"acc = d({j.a}) before {j.name}'s row scale" if j.row_scale else f"acc = d({j.a})"
         if p is not None:
@@ -49,12 +65,12 @@ class StepBuilder:
         b = BStep("kernel", d.fresh(f"dgrad_{j.name}"), [("gemm", gemm)], note=what)
         s = cls(d, b, j=j)
         s.gemm_operands = {dacc, j.w}
-        d.st.readers.get(dacc, set()).discard(("dgrad", j.index))
-        d.st.save.add(j.w)
+        d.readers.get(dacc, set()).discard(("dgrad", j.index))
+        d.save.add(j.w)
         return s
 
     @classmethod
-    def host(cls, d, p: FKernel, over: str):
+    def host(cls, d: DerivationView, p: FKernel, over: str):
         b = BStep(
             "host",
             d.fresh(f"{p.name}_bwd"),
@@ -64,7 +80,7 @@ class StepBuilder:
         return cls(d, b)
 
     @classmethod
-    def recompute(cls, d, p: FKernel):
+    def recompute(cls, d: DerivationView, p: FKernel):
         gemm = {"a": p.a, "b": f"{p.w}.T" if p.w_t else p.w}
         b = BStep(
             "kernel",
@@ -74,7 +90,7 @@ class StepBuilder:
         )
         s = cls(d, b, acc_of=p.index)
         s.gemm_operands = {p.a, p.w}
-        d.st.save |= {p.a, p.w}
+        d.save.update((p.a, p.w))
         return s
 
     def done(self) -> BStep:
@@ -112,10 +128,14 @@ class StepBuilder:
         if key not in self.loaded:
             self.b.items.append(Item([(prim, tensor)], note))
             self.loaded[key] = tensor
-            if save and self.d.analysis.info(tensor) is not None and tensor not in self.d.st.grads:
+            if save and self.d.analysis.info(tensor) is not None and tensor not in self.d.grads:
                 if self.d.analysis.tensor(tensor).origin in ("input", "stored", "finalized"):
-                    self.d.st.save.add(tensor)
+                    self.d.save.add(tensor)
         return self.loaded[key]
+
+    def save(self, tensor: str) -> None:
+        """The backward reads forward tensor ``tensor``: the forward saves it."""
+        self.d.save.add(tensor)
 
     def grad(self, name: str) -> list:
         return [Term(name)]
@@ -162,8 +182,8 @@ class StepBuilder:
             if t.load == "load_tile"
             and t.sign == 1
             and t.name not in self.gemm_operands
-            and not self.d.st.readers.get(t.name)
-            and t.name not in self.d.st.outputs
+            and not self.d.readers.get(t.name)
+            and t.name not in self.d.outputs
         ]
         rest = [t for t in g if t is not (tiles[0] if tiles else None)]
         if tiles and rest and key not in self.memo:  # (a sum already in registers is stored)
@@ -173,13 +193,13 @@ class StepBuilder:
             self.loaded.pop(("load_tile", tiles[0].name), None)
         else:
             value = self.mat(g, name=base if not exact else f"{base}_sum")
-            plain = value != "acc" and value not in self._tensor_names() and not exact
+            plain = value != "acc" and value not in self.tensor_names() and not exact
             name = value if plain else (base if exact else self.d.fresh(base))
             self.b.items.append(
                 Item([("store", value)] + ([("to", name)] if value != name else []))
             )
         self.stored[key] = name
-        self.d.st.tensors.add(name)
+        self.d.tensors.add(name)
         return name
 
     # ---- forward values --------------------------------------------------------------------
@@ -191,8 +211,8 @@ class StepBuilder:
     def kind(self, value) -> str:
         return self.fk.kind(value) if isinstance(value, str) else "scalar"
 
-    def _tensor_names(self) -> set:
-        return {t.name for t in self.d.analysis.tensors} | set(self.d.st.grads) | self.d.st.tensors
+    def tensor_names(self) -> set:
+        return {t.name for t in self.d.analysis.tensors} | set(self.d.grads) | self.d.tensors
 
     def recomputable(self, v: str, seen=()) -> bool:
         if (self.fk.index, v) in self.scope:
@@ -202,7 +222,7 @@ class StepBuilder:
         op = self.fk.defining(v)
         if op is None or op.prim in ("swiglu", "geglu", "prepass", "reduce_row", "gather_col"):
             return False
-        if op.prim in _LOADS:
+        if op.prim in LOADS:
             return True
         for key, x in op.args:
             if key in ("as", "dtype", "by") or key == "cols":
@@ -256,7 +276,7 @@ class StepBuilder:
         if op is None:
             raise Unavailable(f"'{v}'")
         stored = self.fk.stored_as(v)
-        if op.prim in _LOADS:
+        if op.prim in LOADS:
             if op.prim == "load_tile":
                 name = self.load("load_tile", op.get("load_tile"))
             else:
@@ -264,7 +284,7 @@ class StepBuilder:
                 if key2 not in self.loaded:
                     self.b.items.append(Item(list(op.args)))
                     self.loaded[key2] = op.results[0]
-                    self.d.st.save.add(op.get(op.prim))
+                    self.d.save.add(op.get(op.prim))
                 name = self.loaded[key2]
         elif stored and (
             stored in self.d.keep or not self.recomputable(v) or self._new_tiles(v) > 0
@@ -279,7 +299,7 @@ class StepBuilder:
                     args.append((k, [self.val(y) for y in x]))
                 else:
                     args.append((k, self.val(x)))
-            name = v if v not in self._tensor_names() else self.d.fresh(f"{v}_r")
+            name = v if v not in self.tensor_names() else self.d.fresh(f"{v}_r")
             args = [(k, x) for k, x in args if k != "as"] + [("as", name)]
             self.b.items.append(Item(args, f"recompute {self.d.source_of(op)}"))
         else:
@@ -337,8 +357,8 @@ class StepBuilder:
 
     def _row_partial(self, tensor: str, partial: str) -> None:
         if self.d.needs(None, tensor):
-            self.d.st.rows.setdefault(tensor, []).append(partial)
-            self.d.st.uses[tensor] = self.d.st.uses.get(tensor, 1) - 1
+            self.d.rows.setdefault(tensor, []).append(partial)
+            self.d.uses[tensor] = self.d.uses.get(tensor, 1) - 1
 
     def contribute_tensor(self, tensor: str, g: list, op) -> None:
         if not self.d.needs(None, tensor):
@@ -359,26 +379,26 @@ class StepBuilder:
     def differentiate(self, p: FKernel) -> None:
         self.fk = p
         for v, tensor in p.stores:
-            terms = list(self.d.st.pending.pop(tensor, []))
+            terms = list(self.d.pending.pop(tensor, []))
             if self.j is not None and tensor == self.j.a:
                 terms += self.seed_of_a(self.j)
             if terms:
                 self.g.setdefault((p.index, v), []).extend(terms)
         if p.ln is not None:
-            self.ln_backward(p)
+            ln_backward(self, p)
             return
         for op in reversed(p.items):
             self.current = op.results[0] if op.results else ""
             if op.prim == "store":
                 continue
             if op is p.row_scale:
-                self.row_scale_backward(p, op)
+                row_scale_backward(self, p, op)
                 continue
             if op.prim == "reduce_row":
-                self.reduce_backward(p, op)
+                reduce_backward(self, p, op)
                 continue
             if op.prim == "gather_col":
-                self.gather_backward(p, op)
+                gather_backward(self, p, op)
                 continue
             g = self.g.get((p.index, op.results[0])) if op.results else None
             if not g:
@@ -394,257 +414,23 @@ class StepBuilder:
         if p.row_scale is None and self.d.needs(p.index, "acc"):
             self.acc_grad = self.g.get((p.index, "acc"))
         if self.d.ln_of(p.a) is not None and self.acc_grad:
-            self.ln_partials(p)
-
-    def ln_partials(self, p: FKernel) -> None:
-        """In the step holding d(acc) of the GEMM that reads a LayerNorm's output: the row sums
-        that LayerNorm's backward needs (``coda_spec.grad.layernorm``)."""
-        unit = self.d.ln_of(p.a)
-        if p.row_scale is not None:
-            raise Unsupported(
-                f"kernel '{p.name}' row-scales a LayerNorm's output",
-                p.row_scale.loc,
-                "write this backward by hand",
-            )
-        self.current = f"{p.name}_acc"
-        d = self.mat(self.acc_grad, name=f"d{p.name}_acc")
-        z = self.val("acc")
-        parts = {
-            "zdz": self.emit(None, "reduce_row", "dot", of=[z, d], name=f"zdz_{unit.out}_part")
-        }
-        for kind, vec in (("gdz", unit.gamma_t), ("bdz", unit.beta_t)):
-            if kind == "bdz" and vec is None:
-                continue
-            c = self.load("load_row", self.d.weight_vector(p, vec), save=False)
-            prod = self.emit(None, "mul", [d, c], name=f"{d}_{c}")
-            parts[kind] = self.emit(
-                None, "reduce_row", "sum", of=prod, name=f"{kind}_{unit.out}_part"
-            )
-        self.d.st.lnparts[unit.host] = parts
-
-    def ln_backward(self, p: FKernel) -> None:
-        """``dx = rstd (g gamma - mean(g gamma) - xhat mean(g gamma xhat))`` in the dgrad
-        epilogue of the GEMM after the LayerNorm, from the row sums ``ln_partials`` took."""
-        unit = p.ln
-        gl = self.g.get((p.index, unit.out_value))
-        if not gl:
-            return
-        done = self.d.st.lndone.get(unit.host)
-        if done is None:
-            raise Unavailable(f"the row sums of LayerNorm '{unit.host}'")
-        op = None
-        first = f"grad of LayerNorm host step '{unit.host}' (line {p.kernel.loc.line})"
-        self.current = unit.out_value
-        g = self.mat(gl, name=f"d{unit.out}")
-        xhat, rstd = self.val(unit.xhat), self.val(unit.rstd)
-        gx = g
-        if unit.gamma is not None:
-            gx = self.emit(op, "mul", [g, self.val(unit.gamma)], name=f"d{unit.xhat}", note=first)
-            first = ""
-            if self.wants(unit.gamma):
-                part = self.emit(op, "reduce_col", "dot", of=[g, xhat], name=f"d{unit.gamma}_part")
-                self.contribute_row(unit.gamma, part)
-        if unit.beta is not None and self.wants(unit.beta):
-            self.val(unit.beta)
-            part = self.emit(op, "reduce_col", "sum", of=g, name=f"d{unit.beta}_part")
-            self.contribute_row(unit.beta, part)
-        mean_g = self.load("load_col", done["gdz"], save=False)
-        mean_gx = self.load("load_col", done["zdz"], save=False)
-        if "bdz" in done:
-            mean_gx = self.emit(
-                op,
-                "sub",
-                [mean_gx, self.load("load_col", done["bdz"], save=False)],
-                name=f"mean_{unit.xhat}_g",
-            )
-        t = self.emit(op, "sub", [gx, mean_g], name=f"{unit.xhat}_centered_g", note=first)
-        t = self.emit(
-            op, "sub", [t, self.emit(op, "mul", [xhat, mean_gx])], name=f"{unit.xhat}_proj"
-        )
-        dx = self.emit(op, "mul", [t, rstd], name=f"d{unit.x}_ln")
-        load = next(o for o in p.items if o.prim == "load_tile" and o.get("load_tile") == unit.x)
-        self.contribute_tensor(unit.x, [Term(dx)], load)
+            ln_partials(self, p)
 
     def seed_of_a(self, j: FKernel) -> list:
-        _, scaled = self.d.st.dacc[j.index]
+        _, scaled = self.d.dacc[j.index]
         if j.row_scale is not None and not scaled:
             r = j.row_scale.get("mul")[1]
             name = self.emit(j.row_scale, "mul", ["acc", self.load("load_col", r)], name=f"d{j.a}")
             return [Term(name)]
         return [Term("acc")]
 
-    def row_scale_backward(self, p: FKernel, op) -> None:
-        z, r = op.results[0], op.get("mul")[1]
-        gz = self.g.get((p.index, z))
-        if not gz:
-            return
-        dz = self.mat(gz, name=f"d{z}")
-        try:
-            zval = self.val(z)
-            dot = [zval, dz]
-        except Unavailable:
-            dot = self._orthogonal_dot(p, z)
-        part = self.emit(op, "reduce_row", "dot", of=dot, name=f"zdz_{r}_part")
-        self.d.st.zdz.setdefault(r, []).append(part)
-        self.d.st.zdz_left[r] -= 1
-        if not self.d.needs(p.index, "acc"):
-            return
-        scaled = p.a in self.d.keep or self.d.producer(p.a) is None
-        alias = len(gz) == 1 and gz[0].load == "load_tile" and gz[0].sign == 1
-        g = gz if alias else [Term(dz)]
-        if scaled:
-            g = [Term(self.emit(op, "mul", [dz, self.load("load_col", r)], name=f"d{z}_r"))]
-        self.acc_grad = g
-        self._scaled = scaled
-
-    def _orthogonal_dot(self, p: FKernel, z: str) -> list:
-        users = [
-            op
-            for op in p.items
-            if z in [x for _, v in op.args for x in (v if isinstance(v, list) else [v])]
-            and op.prim != "store"
-        ]
-        if len(users) == 1 and users[0].prim == "rope" and p.stored_as(users[0].results[0]):
-            y = users[0].results[0]
-            gy = self.g.get((p.index, y))
-            if gy:
-                return [self.load("load_tile", p.stored_as(y)), self.mat(gy)]
-        raise Unavailable(f"'{z}' (the deferred norm's output, for the row dot sum z dz)")
-
-    def reduce_backward(self, p: FKernel, op) -> None:
-        kind, part = op.get("reduce_row"), op.results[0]
-        stat = next((s for s in self.d.stats.values() if s.reduce is op), None)
-        if stat is not None:
-            zdz = self.d.st.zdz_done.get(stat.r)
-            if zdz is None:
-                return
-            x = op.get("of")
-            r = self.load("load_col", stat.r)
-            u = self.emit(op, "mul", [self.val(x), r], name=f"u_{x}")
-            uz = self.emit(
-                op, "mul", [u, self.load("load_col", zdz, save=False)], name=f"u_zdz_{x}"
-            )
-            t = self.emit(op, "mul", [uz, r], name=f"norm_{x}")
-            self.contribute(x, self.negate([Term(t)]))
-            return
-        fin = next(
-            (
-                s
-                for s in self.d.spec.steps
-                if getattr(s, "of", None) == part and s.kind == "finalize"
-            ),
-            None,
-        )
-        g = self.d.st.pending.pop(fin.result, None) if fin is not None else None
-        if not g:
-            return
-        if kind == "logsumexp":
-            x = op.get("of")
-            lse = self.load("load_col", fin.result)
-            shifted = self.emit(op, "sub", [self.val(x), lse])
-            prob = self.emit(op, "exp", shifted, name=f"softmax_{x}")
-            self.contribute(x, self.grad(self.emit(op, "mul", [prob, self.mat(g)])))
-            return
-        raise Unsupported(
-            f"the gradient of a '{kind}' row reduction's {fin.op} ('{fin.result}')",
-            op.loc,
-            "mark the output 'differentiable: false', or write this backward by hand",
-        )
-
-    def gather_backward(self, p: FKernel, op) -> None:
-        g = self.g.get((p.index, op.results[0]))
-        if not g:
-            return
-        hot = self.emit(op, "onehot", op.get("index"), name=f"onehot_{op.get('index')}")
-        self.d.st.save.add(op.get("index"))
-        self.contribute(op.get("gather_col"), self.grad(self.emit(op, "mul", [hot, self.mat(g)])))
-
     # ---- what leaves the step --------------------------------------------------------------
 
     def finish_inputs_of(self, p: FKernel) -> None:
-        """Store what p's epilogue gave the tensors it loads, then p's own d(acc)."""
-        later = []
-        for tensor, g in self.contrib.items():
-            self.d.st.uses[tensor] -= 1
-            if self.d.producer(tensor) is None and self.d.st.uses[tensor] == 0:
-                self.finish_tensor(tensor, g)
-            else:
-                later.append((tensor, g))
-        self._store_acc(p)
-        for tensor, g in later:
-            if all(t.load for t in g):  # tensors in memory already: pass them on, unread
-                self.d.st.pending.setdefault(tensor, []).extend(g)
-                continue
-            # a value of this step: accumulate it into the tensor's gradient already in memory
-            # (an incoming one), so the step that finishes it reads one tensor, not two
-            g = list(g) + self.d.st.pending.pop(tensor, [])
-            name = self.store_tensor(g, f"d{tensor}")
-            self.d.st.pending[tensor] = [Term(name, "load_tile")]
-
-    def _store_acc(self, p: FKernel) -> None:
-        if self.acc_grad:
-            scaled = getattr(self, "_scaled", False)
-            base = p.row_scale.results[0] if p.row_scale is not None else self._acc_value(p)
-            name = self.store_tensor(self.acc_grad, f"d{base}")
-            self.d.st.dacc[p.index] = (name, scaled)
-            readers = set()
-            if self.d.needs(None, p.a):
-                readers.add(("dgrad", p.index))
-            if p.w in self.d.wrt:
-                readers.add(("wgrad", p.index))
-            self.d.st.readers.setdefault(name, set()).update(readers)
-            if scaled or p.row_scale is None and self.d.producer(p.a) is None:
-                self.d.st.wgrad_a[p.index] = p.a
-                self.d.st.save.add(p.a)
-
-    def _acc_value(self, p: FKernel) -> str:
-        """The forward value whose gradient d(acc) is (x2 for ``x2 = acc + x1``), to name it."""
-        for op in p.items:
-            if op.prim in _LOADS:
-                continue
-            if op.results and self.g.get((p.index, op.results[0])) == self.acc_grad:
-                return op.results[0]
-        return f"{p.name}_acc"
+        finish_inputs_of(self, p)
 
     def finish_tensor(self, tensor: str, g: list) -> None:
-        """The last contribution to an input's gradient: add a derived statistic's norm term
-        (``-(x r) zdz r``) and store it as the produced gradient."""
-        g = list(g) + self.d.st.pending.pop(tensor, [])
-        for s in self.d.stats.values():
-            if s.kernel is None and s.x == tensor and s.r in self.d.st.zdz_done:
-                x = self.load("load_tile", tensor)
-                r = self.load("load_col", s.r)
-                self.current = tensor
-                u = self.emit(None, "mul", [x, r], name=f"u_{tensor}")
-                uz = self.emit(
-                    None, "mul", [u, self.load("load_col", self.d.st.zdz_done[s.r], save=False)]
-                )
-                g += self.negate([Term(self.emit(None, "mul", [uz, r], name=f"norm_{tensor}"))])
-                self.d.st.uses[tensor] -= 1
-        name = self.d.output_name(tensor)
-        out = self.store_tensor(g, name, exact=True)
-        if out != name:  # the same sum is already a tensor: write it again under its name
-            self.b.items.append(Item([("store", self.mat(g)), ("to", name)]))
-        self.d.st.outputs[name] = self.d.spec.tensor(tensor).dtype
+        finish_tensor(self, tensor, g)
 
     def wgrad_operand(self, j: FKernel) -> None:
-        """In j's dgrad epilogue: the A operand j's weight gradient reads, unless saved."""
-        if j.w not in self.d.wrt or j.index in self.d.st.wgrad_a or j.index not in self.d.st.dacc:
-            return
-        va = self.fk.stored_value(j.a)
-        _, scaled = self.d.st.dacc[j.index]
-        if j.a in self.d.keep:
-            self.d.st.wgrad_a[j.index] = j.a
-            self.d.st.save.add(j.a)
-            return
-        self.current = va
-        value = self.val(va)
-        if j.row_scale is not None and not scaled:
-            r = self.load("load_col", j.row_scale.get("mul")[1])
-            value = self.emit(j.row_scale, "mul", [value, r], name=f"v_{j.a}")
-        elif value == j.a:  # read back from memory: wgrad reads the saved tensor itself
-            self.d.st.wgrad_a[j.index] = j.a
-            return
-        name = value if value not in self._tensor_names() else self.d.fresh(f"{j.a}_r")
-        self.b.items.append(Item([("store", value)] + ([("to", name)] if name != value else [])))
-        self.d.st.wgrad_a[j.index] = name
+        wgrad_operand(self, j)
