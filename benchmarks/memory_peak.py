@@ -11,8 +11,8 @@ benchmarks/ (else the innermost frame), and the groups are listed largest first 
 and block counts. Blocks allocated before the step (weights, what the warm-up left) are not in
 the trace: they are ``before_step_gib``, and the peak is that plus the trace's highest point.
 
-Why: docs/training.md reads the coda step's peak at the 8B-like shape as 3.1 GiB above what its
-forward leaves, of which the LM head's own tensors explain 2.1 GB; this places the rest.
+Why: the coda step's peak at the 8B-like shape was 3.1 GiB above what its forward leaves
+(docs/training.md); this names the code that held each block at that point.
 Output: the JSON (``--out``) and a table on stdout. No GPU: exit 1 with a message.
 """
 

@@ -26,8 +26,6 @@ import statistics
 import time
 from collections import defaultdict
 
-ROLES = ("llama3_first", "llama3_layer", "llama3_last_mlp", "llama3_lm_head")
-
 
 def _as_leaves(inputs: dict) -> dict:
     """The drawn inputs as leaves, floating ones requiring grad (as the model's weights and
@@ -66,7 +64,7 @@ def role_fns(ops: dict, shape, b: int, s: int, inputs: dict) -> dict:
     model's chain ops (``nn.llama.chain_ops``); ``inputs``: ``{role: drawn inputs at M = b*s}``."""
     import torch
 
-    from coda_spec.nn.llama import _attention, _LMHead, lm_head_chunk
+    from coda_spec.nn.llama import _attention, _LMHead, lm_head_chunks
 
     m = b * s
     fns, made = {}, []
@@ -96,11 +94,10 @@ def role_fns(ops: dict, shape, b: int, s: int, inputs: dict) -> dict:
         fns[role] = lambda run=run, back=back: back(run())
     if "llama3_lm_head" in ops:
         head, x = ops["llama3_lm_head"], _leaves(inputs["llama3_lm_head"])
-        c = lm_head_chunk(m, shape.vocab)
-        chunks = tuple((i, min(i + c, m)) for i in range(0, m, c))
-        args = [x[n] for n in ("x2", "h2", "r2", "gamma_f", "w_lm", "target", "row_w")]
-        for n in ("h2", "r2", "row_w"):  # the model passes these without grad
-            args[("x2", "h2", "r2", "gamma_f", "w_lm", "target", "row_w").index(n)] = x[n].detach()
+        chunks = lm_head_chunks(m, shape.vocab)
+        names = ("x2", "h2", "r2", "gamma_f", "w_lm", "target", "row_w")
+        no_grad = ("h2", "r2", "row_w")  # the model passes these without grad
+        args = [x[n].detach() if n in no_grad else x[n] for n in names]
         fns["llama3_lm_head"] = lambda: _LMHead.apply(head, chunks, *args).backward()
         # (the last role: nothing rebinds what this closure reads)
     return {role: _cleared(fn, made) for role, fn in fns.items()}

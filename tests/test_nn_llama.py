@@ -33,6 +33,7 @@ from coda_spec.nn.llama import (  # noqa: E402
     LM_HEAD_CHUNK_BYTES,
     RECOMPUTE,
     lm_head_chunk,
+    lm_head_chunks,
 )
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_runtime_cpu as rt  # noqa: E402
@@ -240,6 +241,10 @@ def test_the_lm_head_chunk_rule():
     assert lm_head_chunk(8192, 4 << 20) == 256  # a huge vocabulary: one tile row, at least
     assert lm_head_chunk(64, 1024, rows=40) == 40
     assert lm_head_chunk(0, 128256) == 0
+    # the (start, stop) chunks the model (and benchmarks/role_replay.py) call the head over
+    assert lm_head_chunks(8192, 128256) == tuple((i, i + 2048) for i in range(0, 8192, 2048))
+    assert lm_head_chunks(100, 1024, rows=40) == ((0, 40), (40, 80), (80, 100))
+    assert lm_head_chunks(0, 128256) == ((0, 0),)
 
 
 def test_a_bad_lm_head_chunk_is_refused(builds):
@@ -513,3 +518,17 @@ def test_attention_heads_backward_is_one_cat(masked):
     assert ops["aten::cat"] == 1 and ops["aten::slice_backward"] == 0
     if not masked:  # (repeat_interleave's backward sums the repeated heads: adds of its own)
         assert ops["aten::add_"] == 0 and ops["aten::copy_"] == 0
+
+
+def test_attention_heads_backward_fills_a_gradient_autograd_leaves_out():
+    """A head group whose view no loss reads gets zeros in the one qkv-shaped gradient (autograd
+    hands _Heads' backward None for it)."""
+    from coda_spec.nn.llama import _Heads
+
+    b, s, h, kv, hd = 1, 4, 2, 1, 2
+    qkv = torch.randn(b * s, (h + 2 * kv) * hd, dtype=torch.float64, requires_grad=True)
+    _, k, _ = _Heads.apply(qkv, (b, s, h, kv, hd))
+    k.sum().backward()
+    want = torch.zeros(b, s, h + 2 * kv, hd, dtype=torch.float64)
+    want[:, :, h : h + kv] = 1.0
+    assert torch.equal(qkv.grad, want.view(b * s, -1))

@@ -98,6 +98,13 @@ def lm_head_chunk(m: int, vocab: int, rows: int | None = None) -> int:
     return min(rows, m)
 
 
+def lm_head_chunks(m: int, vocab: int, rows: int | None = None) -> tuple:
+    """The LM head's ``(start, stop)`` row chunks over ``m`` tokens (:func:`lm_head_chunk`
+    rows each, the last one ragged; one chunk, possibly empty, when ``m`` fits)."""
+    c = lm_head_chunk(m, vocab, rows)
+    return tuple((i, min(i + c, m)) for i in range(0, m, c)) if m > c else ((0, m),)
+
+
 def checked_chunk_rows(rows) -> int | None:
     """``lm_head_chunk_rows=`` as given: None (the rule) or a positive multiple of
     ``LM_HEAD_OVERRIDE_ALIGN``; anything else is a ``CodaRuntimeError``."""
@@ -320,8 +327,7 @@ def causal_lm_loss(
     wide = torch.float64 if x.dtype == torch.float64 else torch.float32
     row_w = valid.to(wide) / (valid.sum() if call.n is None else call.n)
     lm = root["embed_tokens.weight" if shape.tied else "lm_head.weight"]
-    c = lm_head_chunk(m, shape.vocab, rows)
-    chunks = tuple((i, min(i + c, m)) for i in range(0, m, c)) if m > c else ((0, m),)
+    chunks = lm_head_chunks(m, shape.vocab, rows)
     head = chains["llama3_lm_head"]
     return _LMHead.apply(
         head, chunks, out["x2"], out["h2"], out["r2"], root["norm"], lm, target, row_w
@@ -388,7 +394,7 @@ class _Heads(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv, dims):
         b, s, h, kv, hd = dims
-        ctx.dims = dims
+        ctx.dims, ctx.like = dims, (qkv.dtype, qkv.device)
         heads = qkv.view(b, s, h + 2 * kv, hd).transpose(1, 2)
         return heads[:, :h], heads[:, h : h + kv], heads[:, h + kv :]
 
@@ -397,7 +403,8 @@ class _Heads(torch.autograd.Function):
         b, s, h, kv, hd = ctx.dims
         parts = []
         for g, n in ((dq, h), (dk, kv), (dv, kv)):  # [B, n, S, HD] -> [B, S, n, HD] views
-            g = g if g is not None else torch.zeros(b, n, s, hd, dtype=dq.dtype, device=dq.device)
+            dtype, device = ctx.like
+            g = g if g is not None else torch.zeros(b, n, s, hd, dtype=dtype, device=device)
             parts.append(g.transpose(1, 2))
         return torch.cat(parts, dim=2).view(b * s, (h + 2 * kv) * hd), None
 
