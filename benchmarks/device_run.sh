@@ -44,6 +44,8 @@ dist|5-9 min|benchmarks/train_dist.py under torchrun, NPROC GPUs, the RUNS pairs
 ruler|4 min|coda bench of llama3_layer and llama3_last by the sustained and the isolated ruler (formerly ruler_device.sh)
 step|9 min|benchmarks/step_device.sh: the Llama step re-measured and its GEMMs with the rulers' prediction (PARTS)
 memory|1 min|benchmarks/step_device.sh PARTS=memory: memory_peak.py at the 8B-like shape, coda and Liger
+compile-depth|2-8 min|benchmarks/compile_depth.py: the first compiled step at LAYERS (2,4,8) of MODE (coda-compile), each its own process and cache, CPROFILE (4) profiled, DEPTH_S (120) each
+profile|1-2 min|train_step --profile of PROFILE_MODES (coda) at SHAPE (1b-2x4096), STEPS (5): the kernel families and the copy/cast/fill kernels by launch site
 tune-cap|9 min|benchmarks/tune_cap_device.sh: the llama3 builds re-tuned at the power cap (BUILDS, MS, DIMS)
 catalogue-tune|6 min|coda tune --isolated of every staged build (ROOT, build/stage) at D = 2048/4096/8192 (formerly catalogue_tuned.sh tune)
 catalogue-bench|9 min|coda bench of the staged builds, MODE (tuned/untuned) at WIDTHS, BASELINES (formerly catalogue_tuned.sh bench)
@@ -347,6 +349,14 @@ phase_ruler() {
     run "$short-isolated.log" 45 python3 -u -m coda_spec.cli bench "build/$b-latest" \
       --m "${M:-8192}" --out "$out/$short-isolated" --baselines "$base" --isolated
   done
+}
+phase_compile_depth() {
+  run compile-depth.log $(( ${DEPTH_S:-120} * 3 + 10 )) python3 benchmarks/compile_depth.py \
+    --layers "${LAYERS:-2,4,8}" --mode "${MODE:-coda-compile}" --cprofile "${CPROFILE:-4}" \
+    --timeout "${DEPTH_S:-120}" --out "$out"
+}
+phase_profile() {
+  train_step "${SHAPE:-1b-2x4096}" fwdbwd "${PROFILE_MODES:-coda}" 120 --steps "${STEPS:-5}"
 }
 OWN_RESULTS="step memory tune-cap"  # their scripts write $OUT/step.tar.gz, $OUT/tune.tar.gz
 phase_step() { BUDGET_S=$(left 560) bash benchmarks/step_device.sh; }

@@ -52,7 +52,7 @@ reported as null, never guessed); J/step is mean W x median s per step, as ``cod
 energy per call. With ``--profile``, a torch.profiler breakdown of one step by kernel family
 (:func:`family`): GEMM, attention, coda's own host/finalize kernels, copy/cast/fill, other; ms
 per step each, and ``total`` (the sum of kernel time; the step's ms less it is the GPU's idle
-time).
+time); and under ``copies`` the copy/cast/fill kernels by launch site (:func:`copy_sites`).
 
 MFU is model FLOPs per step (:func:`model_flops`, the same count for every mode, whatever a mode
 recomputes) / step time / ``PEAK_TFLOPS`` (the H200's dense bf16 peak, 989.4 TFLOP/s).
@@ -477,16 +477,18 @@ def child(args) -> dict:
         row["variants"] = chain_variants(model, b * s)
         row["load_warnings"] = sorted({str(w.message) for w in said})
     if args.profile:
-        row["breakdown_ms"] = profile(one_step, model, args)
+        row["breakdown_ms"], row["copies"] = profile(one_step, model, args)
     return row
 
 
-def profile(one_step, model, args) -> dict:
-    """Kernel ms of one step by family (:func:`family`), and their ``total``."""
+def profile(one_step, model, args) -> tuple[dict, list]:
+    """Kernel ms of one step by family (:func:`family`) with their ``total``, and the
+    copy/cast/fill kernels by what launched them (:func:`copy_sites`)."""
     import torch
 
     symbols = coda_symbols(model)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True) as prof:
         one_step()
         torch.cuda.synchronize()
     out: dict = {}
@@ -495,7 +497,33 @@ def profile(one_step, model, args) -> dict:
             continue
         fam = family(ev.key, symbols)
         out[fam] = out.get(fam, 0.0) + ev.device_time_total / 1e3
-    return breakdown(out)
+    return breakdown(out), copy_sites(prof.events(), symbols)
+
+
+def copy_sites(events, symbols: set, top: int = 30) -> list:
+    """The step's copy/cast/fill kernels grouped by their launch site: the CPU op chain that
+    launched them (innermost last), its input shapes and the nearest Python frame of coda,
+    transformers or torch.nn.functional; ``[{site, kernel, calls, ms}]``, most ms first."""
+    sites: dict = {}
+    for ev in events:
+        for k in getattr(ev, "kernels", None) or ():
+            if family(k.name, symbols) != "copy/cast/fill":
+                continue
+            chain, up = [], ev
+            while up is not None and len(chain) < 4:
+                chain.append(up.name)
+                up = up.cpu_parent
+            frame = next(
+                (f for f in (ev.stack or ()) if "coda_spec" in f or "transformers" in f), ""
+            )
+            key = (" < ".join(chain), str(ev.input_shapes)[:120], frame, k.name[:70])
+            calls, us = sites.get(key, (0, 0.0))
+            sites[key] = (calls + 1, us + k.duration)
+    rows = [
+        {"site": a, "shapes": b, "frame": c, "kernel": d, "calls": n, "ms": round(us / 1e3, 3)}
+        for (a, b, c, d), (n, us) in sites.items()
+    ]
+    return sorted(rows, key=lambda r: -r["ms"])[:top]
 
 
 def breakdown(ms_by_family: dict) -> dict:
