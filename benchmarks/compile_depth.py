@@ -10,8 +10,8 @@ backward; compile included) timed, then a second step. Per depth it writes to ``
 
 * ``depth-<L>.json``: first and second step s, graph breaks and graphs compiled (dynamo's
   counters), and torch._dynamo's ``compile_times()`` table;
-* ``stacks-<L>.txt``: every thread's Python stack each ``--stack-every`` s while it runs
-  (``faulthandler``), so a depth that times out still shows where it was;
+* ``stacks-<L>.txt``: every thread's Python stack if it crashes or times out (``faulthandler``;
+  the parent sends SIGUSR1 at the time-out, then kills it), so it still shows where it was;
 * with ``--cprofile L``: ``cprofile-<L>.txt``, that depth's 40 costliest functions by own time
   and by cumulative time.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,10 @@ def child(args) -> dict:
     T.need_gpu("compile_depth")
     out = Path(args.out)
     stacks = open(out / f"stacks-{args.layers}.txt", "w")  # noqa: SIM115 (held to the end)
-    faulthandler.dump_traceback_later(args.stack_every, repeat=True, file=stacks)
+    # a crash, or the parent's SIGUSR1 at the time-out, writes every thread's stack (a timed
+    # dump_traceback_later reads other threads' frames unlocked: it crashed children here)
+    faulthandler.enable(file=stacks, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     ns = argparse.Namespace(
         mode=args.mode,
         shape=args.shape,
@@ -68,7 +72,6 @@ def child(args) -> dict:
     one_step()
     torch.cuda.synchronize()
     second = time.perf_counter() - t0
-    faulthandler.cancel_dump_traceback_later()
     if prof is not None:
         text = io.StringIO()
         for key in ("tottime", "cumulative"):
@@ -94,7 +97,6 @@ def main() -> int:
     ap.add_argument("--builds", default="build")
     ap.add_argument("--cprofile", type=int, default=None, help="profile this depth")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per depth")
-    ap.add_argument("--stack-every", type=float, default=10.0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -110,14 +112,20 @@ def main() -> int:
         cmd = [sys.executable, __file__, *sys.argv[1:], "--child", str(depth)]
         print(f"[compile_depth] {args.mode} at {depth} layers ...", file=sys.stderr, flush=True)
         t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            got = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-            lines = got.stdout.strip().splitlines()
-            if got.returncode == 0 and lines:
+            stdout, stderr = proc.communicate(timeout=args.timeout)
+            lines = stdout.decode().strip().splitlines()
+            if proc.returncode == 0 and lines:
                 row = json.loads(lines[-1])
             else:
-                row = {"layers": depth, "error": got.stderr.strip()[-2000:] or "no output"}
+                tail = stderr.decode().strip()[-2000:]
+                row = {"layers": depth, "error": f"exit {proc.returncode}: {tail or 'no output'}"}
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # its stacks, then the kill
+            time.sleep(3)
+            proc.kill()
+            proc.communicate()
             row = {"layers": depth, "error": f"timed out after {args.timeout} s"}
         row["wall_s"] = round(time.monotonic() - t0, 1)
         rows.append(row)

@@ -483,12 +483,12 @@ def child(args) -> dict:
 
 def profile(one_step, model, args) -> tuple[dict, list]:
     """Kernel ms of one step by family (:func:`family`) with their ``total``, and the
-    copy/cast/fill kernels by what launched them (:func:`copy_sites`)."""
+    copy/cast/fill kernels of another step by what launched them (:func:`copy_sites`): two
+    steps, since a profile of CPU ops also shows the runtime's ranges as GPU time."""
     import torch
 
     symbols = coda_symbols(model)
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         one_step()
         torch.cuda.synchronize()
     out: dict = {}
@@ -497,6 +497,10 @@ def profile(one_step, model, args) -> tuple[dict, list]:
             continue
         fam = family(ev.key, symbols)
         out[fam] = out.get(fam, 0.0) + ev.device_time_total / 1e3
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True) as prof:
+        one_step()
+        torch.cuda.synchronize()
     return breakdown(out), copy_sites(prof.events(), symbols)
 
 
@@ -509,13 +513,13 @@ def copy_sites(events, symbols: set, top: int = 30) -> list:
         for k in getattr(ev, "kernels", None) or ():
             if family(k.name, symbols) != "copy/cast/fill":
                 continue
-            chain, up = [], ev
-            while up is not None and len(chain) < 4:
-                chain.append(up.name)
+            chain, frames, up = [], [], ev
+            while up is not None:
+                if len(chain) < 4:
+                    chain.append(up.name)
+                frames += up.stack or ()
                 up = up.cpu_parent
-            frame = next(
-                (f for f in (ev.stack or ()) if "coda_spec" in f or "transformers" in f), ""
-            )
+            frame = next((f for f in frames if "coda_spec" in f or "transformers" in f), "")
             key = (" < ".join(chain), str(ev.input_shapes)[:120], frame, k.name[:70])
             calls, us = sites.get(key, (0, 0.0))
             sites[key] = (calls + 1, us + k.duration)

@@ -35,6 +35,12 @@ docs/training.md is the user's guide. The contract, as torch.library intends it:
   ``CodaRuntimeError`` before any launch.
 * **Eager calls** skip the dispatcher when no autograd is needed and torch.compile is not
   tracing (QuACK's eager bypass): the call is then the chain's own call, checks included.
+  An eager call, through the dispatcher or not, keeps its RoPE turns tables for later calls
+  (the runtime's ``Call.cache``); a compiled graph's call keeps nothing between calls, as
+  CUDA-graph trees require of every allocation in their pool.
+* **Unused outputs** cost no gradient: autograd hands ``None`` for an output the loss never
+  read (no zero-filled buffer per output); a declared incoming gradient that arrives so is
+  made zeros, once.
 * **Under torch.compile** the op is opaque: each call picks its variant as a direct call does
   (forced, else the tune table's entry for the call's M, else the fallback) and allocates its
   partial buffers inside the op.
@@ -84,6 +90,11 @@ _DEFINED: dict = {}
 # The leaves whose .grad a fuse_grad_accum call's backward may add into, {gradient: input}:
 # set by ChainOp.__call__ around the op's call, read by _setup_context (the same thread).
 _LEAVES: contextvars.ContextVar = contextvars.ContextVar("coda_leaves", default=None)
+# True while ChainOp.__call__ runs the op eagerly (not under torch.compile, whose compiled graph,
+# and CUDA-graph trees' pool, call the op directly): such a call may keep its RoPE turns tables
+# for the next (the runtime's Call.cache), as a direct chain call does; issue 33 counted four
+# small copy kernels per qkv_rope call without them.
+_EAGER: contextvars.ContextVar = contextvars.ContextVar("coda_eager", default=False)
 
 
 def op(
@@ -371,17 +382,21 @@ class ChainOp:
             )
         if self.inplace:
             return self._call_inplace(args)
-        if needs_grad or torch.compiler.is_compiling():
-            leaves = self._grad_leaves(args) if needs_grad else None
+        if torch.compiler.is_compiling():
+            got = self.op(*args, self.dims)
+        elif needs_grad:
+            leaves = self._grad_leaves(args)
             token = _LEAVES.set(leaves) if leaves else None
+            eager = _EAGER.set(True)
             try:
                 got = self.op(*args, self.dims)
             finally:
+                _EAGER.reset(eager)
                 if token is not None:
                     _LEAVES.reset(token)
         else:  # the eager bypass: no dispatcher, no autograd graph
             cuda = all(a.device.type == "cuda" for a in args if isinstance(a, torch.Tensor))
-            got = (self._forward if cuda else self._forward_cpu)(*args)
+            got = self._forward(*args, keep=True) if cuda else self._forward_cpu(*args)
         return dict(zip(self.outputs, _many(got), strict=False))
 
     def _call_inplace(self, args: list) -> dict:
@@ -397,11 +412,13 @@ class ChainOp:
         return {n: out[n] for n in self.outputs}
 
     # -- forward -----------------------------------------------------------------------------
-    def _forward(self, *args) -> tuple:
+    def _forward(self, *args, keep: bool | None = None) -> tuple:
+        """``keep``: whether the call may keep its tables (default: an eager call, ``_EAGER``);
+        a compiled graph's call keeps no tensor between calls, as CUDA-graph trees require."""
         inputs = dict(zip(self.inputs, args, strict=True))
         for t in self._into:  # accumulate into a copy: the op never writes its inputs
             inputs[t] = inputs[t].clone()
-        env = self.chain.run(inputs, cache=False)  # an op keeps no tensor between calls
+        env = self.chain.run(inputs, cache=_EAGER.get() if keep is None else keep)
         return _one(tuple(env[n] for n in self.returns))
 
     def _forward_cpu(self, *args) -> tuple:
@@ -446,12 +463,21 @@ class ChainOp:
         ctx.mark_non_differentiable(
             *(x for n, x in zip(self.returns, output, strict=True) if n not in self.differentiable)
         )
+        # no zeros for the gradients of outputs the loss never used: autograd would fill one
+        # per returned tensor (issue 33 counted 1.5 ms of fills per 1B step, for z1, x1, r1
+        # and r2); the declared ones that arrive as None are made in _grad, the rest never
+        ctx.set_materialize_grads(False)
+        # (shape, dtype, device) only: the outputs themselves on ctx would be a cycle
+        ctx.coda_like = {of: (env[of].shape, env[of].dtype, env[of].device) for _, of in self.grads}
 
     def _grad(self, ctx, *grad_outputs):
         by_output = dict(zip(self.returns, grad_outputs, strict=True))
-        # zero-stride (expand) or transposed gradients are made dense; a None (an output the
-        # loss never used) never reaches here: autograd materializes it as zeros
-        incoming = [by_output[of].contiguous() for _, of in self.grads]
+        # zero-stride (expand) or transposed gradients are made dense; a None (a declared
+        # output the loss never used: autograd no longer materializes them) is made zeros
+        incoming = [
+            _zeros(*ctx.coda_like[of]) if by_output[of] is None else by_output[of].contiguous()
+            for _, of in self.grads
+        ]
         into = self._grad_into(ctx)
         needed = self._needed(ctx, into)
         if into:  # eager (fuse_grad_accum): the kernels add into .grad; no functional op
@@ -596,6 +622,10 @@ class ChainOp:
     def _out(self, x: torch.Tensor, name: str, wide) -> torch.Tensor:
         """A reference value as the op returns it: its dtype, contiguous, never an input."""
         return x.to(self._dtype(name, wide)).contiguous().clone()
+
+
+def _zeros(shape, dtype, device) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 def _writes_grad(leaf: torch.Tensor) -> bool:
