@@ -27,7 +27,8 @@
 # Knobs: STEPS (20), WARMUP (3), ROUNDS (sustained rounds, 2), TUNED (the new table; default:
 # the search path, i.e. the shipped coda_spec/tuned/h200.json), TUNED_OLD (tuned_old.json),
 # MODES (coda,coda@old,liger,hf,hf-compile-nomask: compile, whose first step is the longest,
-# last, so a short budget cuts it rather than the others), PARTS.
+# last, so a short budget cuts it rather than the others), SHAPE_MODES (the shapes part's modes;
+# default MODES), STEP1B_S (the step1b part's seconds, 195), PARTS.
 # Logs and results (step-*.json/.log, gemms.json/.md/.log) go to /tmp/coda-step/step/, packed
 # after every part into $OUT/step.tar.gz; the exit status is the first failing part's
 # (benchmarks/device_status.sh).
@@ -60,7 +61,7 @@ step() {  # step NAME SECONDS ARGS...: one train_step invocation, its table in N
 }
 for part in ${PARTS:-step1b gemms shapes adamw}; do
   case "$part" in
-  step1b) step step-1b-2x4096-fwdbwd 195 --shape 1b-2x4096 --kind fwdbwd --modes "$MODES" --profile ;;
+  step1b) step step-1b-2x4096-fwdbwd "${STEP1B_S:-195}" --shape 1b-2x4096 --kind fwdbwd --modes "$MODES" --profile ;;
   gemms)
     s=$(left 150)
     timeout "$(( s + 15 ))" python3 benchmarks/step_gemms.py --shape 1b-2x4096 \
@@ -70,8 +71,8 @@ for part in ${PARTS:-step1b gemms shapes adamw}; do
     pack
     ;;
   shapes)
-    step step-1b-1x8192-fwdbwd 190 --shape 1b-1x8192 --kind fwdbwd --modes "$MODES" --profile
-    step step-8b-layer4-2x4096-fwdbwd 190 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "$MODES" --profile
+    step step-1b-1x8192-fwdbwd 190 --shape 1b-1x8192 --kind fwdbwd --modes "${SHAPE_MODES:-$MODES}" --profile
+    step step-8b-layer4-2x4096-fwdbwd 190 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "${SHAPE_MODES:-$MODES}" --profile
     ;;
   adamw) step step-1b-2x4096-adamw 90 --shape 1b-2x4096 --kind adamw --modes coda,hf-compile-nomask ;;
   memory)

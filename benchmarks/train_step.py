@@ -243,7 +243,12 @@ def make(mode: str, cfg, builds: str, tuned=None):
     elif mode in ("coda-compile", "coda-recompute-compile"):
         fn = torch.compile(fn, fullgraph=True)
     elif mode == "coda-graphs":
-        fn = torch.compile(fn, fullgraph=True, mode="reduce-overhead")
+        graphed = torch.compile(fn, fullgraph=True, mode="reduce-overhead")
+
+        def fn(ids, labels):  # each call a new step: CUDA-graph trees may reuse its memory
+            torch.compiler.cudagraph_mark_step_begin()
+            return graphed(ids, labels)
+
     return model, fn
 
 
