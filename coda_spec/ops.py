@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import sys
 
 import torch
 
@@ -442,11 +443,13 @@ class ChainOp:
         return _one(tuple(got[n] for n in self._inplace_returns()))
 
     def _fake_inplace(self, *args) -> tuple:
+        _inductor_fallbacks(self.name)
         inputs = dict(zip(self.inputs, args, strict=True))
         names = self._inplace_returns()
         return self._empties(names, inputs, _wide(inputs.values()), args[0].device)
 
     def _fake(self, *args) -> tuple:
+        _inductor_fallbacks(self.name)
         inputs = dict(zip(self.inputs, args, strict=True))
         return self._empties(self.returns, inputs, _wide(inputs.values()), args[0].device)
 
@@ -582,6 +585,7 @@ class ChainOp:
         return _one(tuple(out[g] for g, _ in self.grad_outputs))
 
     def _backward_fake(self, *args, needed=None) -> tuple:
+        _inductor_fallbacks(self.name)
         saved, grads = self._backward_split(args)
         wide = _wide([*saved.values(), *grads.values()])
         names = [g for g, _ in self.grad_outputs]
@@ -622,6 +626,33 @@ class ChainOp:
     def _out(self, x: torch.Tensor, name: str, wide) -> torch.Tensor:
         """A reference value as the op returns it: its dtype, contiguous, never an input."""
         return x.to(self._dtype(name, wide)).contiguous().clone()
+
+
+def _inductor_fallbacks(name: str) -> None:
+    """Inductor's fallback lowering for ``coda::<name>`` and its ``_backward`` and ``_inplace``
+    ops, registered before inductor meets them, when a compile with inductor is under way (its
+    lowering module imported; the fake implementations call this, so the registration happens
+    while AOTAutograd traces, before inductor lowers the graph).
+
+    Why: an op with no lowering takes inductor's implicit-fallback path, which in torch 2.11
+    (the H200's) formats its log message eagerly, whatever the log level (a LazyString since):
+    every argument's IR printed in full, so each earlier op's, as a tree: exponential in the
+    model's depth. The coda Llama's first compiled step took 9.9 s at 2 layers, 20.4 s at 4 and
+    over 100 s at 8 on the H200 (benchmarks/compile_depth.py, docs/training.md). Registered
+    here with the layout constraint the implicit path would choose (the op's tag, else
+    inductor's default), the path is never taken and nothing else changes."""
+    if "torch._inductor.lowering" not in sys.modules:
+        return
+    from torch._inductor.lowering import lowerings, make_fallback, tag_to_layout_constraint
+    from torch._library.utils import get_layout_constraint_tag
+
+    for op_name in (name, f"{name}_backward", f"{name}_inplace"):
+        if not hasattr(torch.ops.coda, op_name):
+            continue
+        target = getattr(torch.ops.coda, op_name).default
+        if target not in lowerings:
+            tag = get_layout_constraint_tag(target, with_default=True)
+            make_fallback(target, layout_constraint=tag_to_layout_constraint(tag))
 
 
 def _zeros(shape, dtype, device) -> torch.Tensor:

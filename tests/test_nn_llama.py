@@ -371,7 +371,12 @@ def test_a_config_the_chains_do_not_compute_is_refused(builds):
 def test_the_model_compiles_with_no_graph_break(builds):
     """``torch.compile(fullgraph=True)`` of the model's loss and backward, with the batch's
     length dynamic: 0 graph breaks (``torch._dynamo.explain``), and the loss is eager's, bit
-    for bit. The LM head's chunk is forced to 48 rows: two chunks at 64 tokens, one at 32."""
+    for bit. The LM head's chunk is forced to 48 rows: two chunks at 64 tokens, one at 32.
+    Every coda op the step ran has its inductor fallback registered by coda, so inductor never
+    takes its implicit-fallback path (whose log message, in torch 2.11, printed every earlier
+    op's IR: compile time exponential in depth; ``ops._inductor_fallbacks``)."""
+    from torch._inductor.lowering import lowerings
+
     coda = LlamaForCausalLM.from_hf(hf_model(tied=True), builds=builds, lm_head_chunk_rows=48)
     ids, labels = batch()
     explained = torch._dynamo.explain(coda)(ids, labels)
@@ -382,6 +387,12 @@ def test_the_model_compiles_with_no_graph_break(builds):
         assert torch.equal(got, coda(ids[:, :s], labels[:, :s]))
     got.backward()
     assert coda.layers[0].w_qkv.grad is not None
+    ran = {f"{name}{suffix}" for name in CHAINS for suffix in ("", "_backward")} - {
+        "llama3_lm_head_backward"
+    }
+    ran = {*ran, "llama3_lm_head_inplace"} - {"llama3_lm_head"}
+    lowered = {str(k).split(".")[1] for k in lowerings if str(k).startswith("coda.")}
+    assert ran <= lowered, sorted(ran - lowered)
 
 
 def padded(ids, labels):

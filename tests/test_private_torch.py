@@ -18,6 +18,7 @@ offers now (a public replacement where there is one), then update the pin.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from dataclasses import dataclass
 
@@ -96,6 +97,31 @@ PINS = {
         ("bench/driver.py",),
         "bench's torch.compile baseline: raised to 64 (one graph per size benched)",
         "find the recompile limit's new config name, and set it",
+    ),
+    "torch._inductor.lowering.lowerings": Pin(
+        ("ops.py",),
+        "ops._inductor_fallbacks: inductor's lowering table, {OpOverload: lowering}, asked "
+        "whether a coda op has its fallback yet",
+        "find where inductor keeps its lowerings now; without it, register unconditionally",
+    ),
+    "torch._inductor.lowering.make_fallback": Pin(
+        ("ops.py",),
+        "ops._inductor_fallbacks: a coda op's fallback lowering (op, layout_constraint=), "
+        "registered before inductor's implicit-fallback path formats every argument's IR",
+        "if torch formats that message lazily in every version coda supports, drop "
+        "_inductor_fallbacks; else register the fallback the way inductor does now",
+    ),
+    "torch._inductor.lowering.tag_to_layout_constraint": Pin(
+        ("ops.py",),
+        "ops._inductor_fallbacks: the layout constraint the implicit path would choose, from "
+        "the op's layout tag",
+        "use what inductor's GraphLowering.call_function uses now for an implicit fallback",
+    ),
+    "torch._library.utils.get_layout_constraint_tag": Pin(
+        ("ops.py",),
+        "ops._inductor_fallbacks: a custom op's layout tag (with_default=True: inductor's "
+        "default for custom ops when it has none)",
+        "use what inductor's GraphLowering.call_function uses now for an implicit fallback",
     ),
 }
 TENSOR_ATTRS = {a for a in dir(torch.Tensor) if a.startswith("_") and not a.startswith("__")}
@@ -182,6 +208,8 @@ def test_the_scan_sees_each_kind_of_use():
 
 def _resolve(name: str):
     """The object a pinned name is (``GONE``: absent); ``Tensor.<attr>``: a fresh leaf's."""
+    if name.startswith(("torch._inductor.", "torch._library.")):  # modules torch loads lazily
+        importlib.import_module(name.rsplit(".", 1)[0])
     obj = torch.ones(2, requires_grad=True) if name.startswith("Tensor.") else torch
     for part in name.split(".")[1:]:
         obj = getattr(obj, part, GONE)
@@ -239,6 +267,17 @@ def _check(name: str) -> None:
         assert isinstance(obj, bool), _fail(name, f"not a bool: {obj!r}")
     elif name == "torch._dynamo.config.cache_size_limit":
         assert isinstance(obj, int) and not isinstance(obj, bool), _fail(name, f"{obj!r}")
+    elif name == "torch._inductor.lowering.lowerings":
+        assert torch.ops.aten.mm.default in obj, _fail(name, "aten.mm has no lowering in it")
+    elif name == "torch._inductor.lowering.make_fallback":
+        params = list(inspect.signature(obj).parameters)
+        assert params[:2] == ["op", "layout_constraint"], _fail(name, f"signature {params}")
+    elif name == "torch._inductor.lowering.tag_to_layout_constraint":
+        got = obj(torch._C.Tag.needs_fixed_stride_order)
+        assert callable(got), _fail(name, f"needs_fixed_stride_order gives {got!r}")
+    elif name == "torch._library.utils.get_layout_constraint_tag":
+        got = obj(torch.ops.aten.mm.default, with_default=True)
+        assert isinstance(got, torch._C.Tag), _fail(name, f"aten.mm's tag is {got!r}")
     else:
         raise AssertionError(f"{name}: pinned with no check; add one to _check")
 
