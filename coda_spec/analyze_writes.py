@@ -307,9 +307,7 @@ def _over_store(w, step, op, vt, shape, dt, scope, quiet) -> str | None:
         )
         ok = False
     ops = step.ops
-    loaded = any(
-        o.prim == "load_tile" and o.get("load_tile") == name for o in ops[: ops.index(op)]
-    )
+    loaded = any(o.prim == "load_tile" and o.get("load_tile") == name for o in ops[: ops.index(op)])
     if not loaded:
         w.err(
             path,

@@ -12,9 +12,9 @@ Liger does). ``t`` must be a tile this host step reads with ``load_tile`` before
 element is read before it is overwritten, in the same program), an intermediate of the chain of
 the stored tensor's shape and dtype (not a chain input, which is the caller's, nor a declared
 output), and no later item or step may read ``t``. A GEMM epilogue stores through TMA into a
-buffer of its own: ``over`` there is refused (``item_refusal``). The checks are
-``analyze_writes.store_item``'s; the runtime binds the output to ``t``'s buffer and does not
-poison it (it holds the values the step reads).
+buffer of its own: ``coda check`` refuses ``over`` there. The checker refuses the rest at the
+item (``analyze_writes.store_item``); the runtime binds the output to ``t``'s buffer, which
+``coda verify`` does not poison (it holds the values the step reads).
 
 fp8 stores (``dtype: fp8_e4m3`` / ``fp8_e5m2``, or an fp8 ``outputs`` entry): tiles only (D or an
 aux tile of a plain-mode kernel, or a host step's tile), rounded to nearest even and saturating
