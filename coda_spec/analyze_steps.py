@@ -87,12 +87,20 @@ class StepWalker:
                 return None
             return scope[name]
         if name in self.consumed:
-            step, new = self.consumed[name]
-            self.err(
-                path,
-                f"'{name}' was accumulated into in place by step '{step}'",
-                f"read its new name '{new}'",
-            )
+            step, new, how, line = self.consumed[name]
+            if how == "over":
+                self.err(
+                    path,
+                    f"'{name}' was written over by step '{step}' (store {new} over: {name}, "
+                    f"line {line})",
+                    f"read '{name}' before that store, or store '{new}' without over:",
+                )
+            else:
+                self.err(
+                    path,
+                    f"'{name}' was accumulated into in place by step '{step}'",
+                    f"read its new name '{new}'",
+                )
         elif name in quiet or name in self.unknown:  # reported already, or explained elsewhere
             return None
         elif name in self.forward:
@@ -462,7 +470,7 @@ class StepWalker:
                 results = (VType("unknown"),) * len(results)
         if p.results == "none":
             vt = results[0] if results is not None else VType("unknown")
-            store_item(self, step, op, vt, tensors, scope, tc, dtype, writes)
+            store_item(self, step, op, vt, tensors, scope, tc, dtype, writes, quiet)
             return True
         if results is not None and len(results) != len(op.results):
             self.err(path + ("as",), f"'{op.prim}' has {len(results)} results; name each in as")

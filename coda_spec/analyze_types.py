@@ -44,6 +44,7 @@ class TensorInfo:
     ignore_index: int | None = None
     partial: Partial | None = None  # for partials
     add_to: str | None = None  # the input this output accumulated into, in place
+    over: str | None = None  # the tensor a host step's store wrote this one over (its buffer)
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ def check_unused(w, spec, outputs, warnings):
             )
 
 
-def store_item(w, step, op, vt, tensors, scope, tc, dtype, writes):
+def store_item(w, step, op, vt, tensors, scope, tc, dtype, writes, quiet=()):
     to, path = op.get("to"), op.loc.path
     shape = (tc.rows, vt.width) if vt.kind == "tile" else (tc.rows,)
     if vt.kind == "unknown":  # an error upstream explains it: readers stay quiet
@@ -256,13 +256,69 @@ def store_item(w, step, op, vt, tensors, scope, tc, dtype, writes):
                 f"{show(t.shape)} but the stored value is {dt} {show(shape)}",
             )
         scope.pop(init, None)
-        w.consumed[init] = (step.name, to)
+        w.consumed[init] = (step.name, to, "add_to", op.loc.line)
+    over = _over_store(w, step, op, vt, shape, dt, scope, quiet)
     if to in scope and scope[to].producer != step.name:
         return  # duplicate already reported by the order checks
-    info = TensorInfo(to, shape, dt, "stored", step.name, op.loc, add_to=init)
+    info = TensorInfo(to, shape, dt, "stored", step.name, op.loc, add_to=init, over=over)
     w.produced.append(info)
     scope[to] = info
     writes.append(to)
+
+
+def _over_store(w, step, op, vt, shape, dt, scope, quiet) -> str | None:
+    """A host step's ``store ... over: t`` (``primitives/store.py``): check ``t`` and mark it
+    consumed (no later item or step reads it); its name, or None (no ``over``, or refused: the
+    runtime then gives the stored tensor a buffer of its own)."""
+    name = op.get("over")
+    if name is None or step.kind != "host":  # a GEMM epilogue's: item_refusal refuses it
+        return None
+    path, to = op.loc.path + ("over",), op.get("to")
+    t = w.tensor(name, scope, path, quiet)
+    if t is None:
+        return None
+    ok = True
+    if op.get("add_to") is not None:
+        w.err(path, "a store writes over one tensor: add_to and over together", "drop one")
+        ok = False
+    if t.origin in ("input", "grad_in"):
+        w.err(
+            path,
+            f"'{name}' is a chain input: the caller's tensor, which the chain never writes",
+            f"store '{to}' without over: (a buffer of its own), or over an intermediate the "
+            "chain wrote",
+        )
+        ok = False
+    elif name in w.outputs:
+        w.err(
+            path,
+            f"'{name}' is a declared output: the chain returns it, so it cannot be written over",
+            f"store '{to}' without over:, or drop '{name}' from outputs",
+        )
+        ok = False
+    if vt.kind != "unknown" and (tuple(t.shape) != shape or t.dtype != dt):
+        w.err(
+            path,
+            f"'{name}' is {t.dtype} {show(t.shape)} but the store writes {dt} {show(shape)}: "
+            "over writes element for element, in the same shape and dtype",
+            _add_to_fixes(op, t, dt, w.outputs.get(to))
+            if tuple(t.shape) == shape
+            else f"store '{to}' without over:, or over a tensor of shape {show(shape)}",
+        )
+        ok = False
+    ops = step.ops
+    loaded = any(o.prim == "load_tile" and o.get("load_tile") == name for o in ops[: ops.index(op)])
+    if not loaded:
+        w.err(
+            path,
+            f"host step '{step.name}' does not load_tile '{name}' before this store; every "
+            "element written over must be read first, in the same program",
+            f"add - {{load_tile: {name}}} before the store, or store '{to}' without over:",
+        )
+        ok = False
+    scope.pop(name, None)
+    w.consumed[name] = (step.name, to, "over", op.loc.line)
+    return name if ok else None
 
 
 def _fp8_store(w, op, vt, dt, init) -> None:
@@ -288,7 +344,7 @@ def _fp8_store(w, op, vt, dt, init) -> None:
 
 
 def _add_to_fixes(op, target, dt, want) -> str:
-    """Both ways out of an add_to dtype mismatch: retype the store, or the target."""
+    """Both ways out of an add_to (or over) dtype mismatch: retype the store, or the target."""
     to, need = op.get("to"), target.dtype
     if op.get("dtype") and want:
         store = f"change the store's dtype to {need} and declare '{to}: {need}' in outputs"

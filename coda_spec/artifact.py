@@ -33,6 +33,11 @@ version up to ``FORMAT_VERSION`` has its line):
 * 9: the row table (field role ``rows``), row-vector transforms (``repeat``, ``as_uint8``), int64
   scalar fields, and a finalize's ``over`` and ``second`` (a format-8 reader would misread them).
 
+A launch output may carry ``over`` (format 9 still: a host step's ``store ... over: t``; the
+runtime binds the output to ``t``'s buffer). The key only saves memory: a reader that ignores it
+allocates a buffer of its own and computes the same values, so no format number changed (the
+format is part of every build's hash, and the shipped tune table is keyed by it).
+
 The formats read are ``READABLE_FORMATS`` (8 and 9: an 8 holds none of 9's keys); an older build
 is refused with "rebuild with this coda": rebuild it, and re-run ``coda tune`` (tune files are
 keyed by the build directory).
@@ -348,12 +353,15 @@ class Arg:
 
 @dataclass(frozen=True)
 class Output:
-    """A buffer the runtime allocates before a compiled step's launch."""
+    """A buffer the runtime allocates before a compiled step's launch, or, with ``over``, the
+    buffer of the tensor a host step's store writes over (``store ... over:``): no allocation,
+    no poison (it holds the values the step reads before it overwrites them)."""
 
     tensor: str
     dtype: str
     shape: tuple
     zeros: bool  # init "zeros" (else "empty")
+    over: str | None = None
 
 
 @dataclass(frozen=True)
@@ -397,7 +405,13 @@ class Launch:
             tuple(Arg.from_data(a) for a in d["args"]),
             tuple(d["types"]),
             tuple(
-                Output(o["tensor"], o["dtype"], tuple(o["shape"]), o.get("init") == "zeros")
+                Output(
+                    o["tensor"],
+                    o["dtype"],
+                    tuple(o["shape"]),
+                    o.get("init") == "zeros",
+                    o.get("over"),
+                )
                 for o in d["outputs"]
             ),
             int(d.get("hidden", 0)),

@@ -7,7 +7,9 @@ static dims nudged off the tile grid; small: M = 64; or ``--dims``):
 
 1. fresh random inputs (``coda_spec.inputs``: never zeros) from a recorded, replayable seed;
 2. every buffer a kernel writes (outputs, aux tiles, fp32 partial buffers) is poisoned with NaN
-   before the launch; ``add_to`` outputs start from the (random) tensor they accumulate into;
+   before the launch; ``add_to`` outputs start from the (random) tensor they accumulate into,
+   and a host step's ``store ... over: t`` output is ``t``'s buffer, not poisoned (it holds the
+   values the step reads before writing over them);
 3. the chain runs through ``coda_spec.runtime``; ref = the spec's math in fp64 and ref_lowp =
    the low-precision pipeline (bf16 matmuls, rounding at every stored tensor), both with
    ``coda_spec.reference`` on the same GPU and the same inputs;

@@ -207,6 +207,19 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
             "to fp32 and declare 'dx: fp32' in outputs, or declare tensor 'dres' as bf16",
         )
     ],
+    # store ... over: a host step's store in place over a tile it loaded
+    "store_over_input": [(20, 48, "'h' is a chain input: the caller's tensor")],
+    "store_over_output": [(19, 46, "'logits' is a declared output")],
+    "store_over_dtype_mismatch": [
+        (19, 46, "'logits' is fp32 [M, 512] but the store writes bf16 [M, 512]")
+    ],
+    "store_over_shape_mismatch": [
+        (21, 47, "'logits' is bf16 [M, 512] but the store writes bf16 [M]")
+    ],
+    "store_over_not_loaded": [(23, 46, "host step 'soft' does not load_tile 'u' before")],
+    "store_over_in_kernel": [(19, 46, "writes in place in host steps only")],
+    "store_over_read_after": [(21, 11, "'logits' was written over by step 'soft'")],
+    "store_over_reload": [(20, 21, "'logits' was written over by step 'soft' (store y over")],
     # -- backward ---------------------------------------------------------------------------------
     "bwd_unsaved_forward": [(25, 23, "'x1' is a forward tensor not listed in backward.save")],
     "bwd_unknown_grad_target": [(16, 18, "unknown tensor 'otu'; did you mean 'out'?")],

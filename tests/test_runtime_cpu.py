@@ -33,7 +33,7 @@ from coda_spec.reference import run as ref_run
 from coda_spec.runtime import Chain, CodaRuntimeError, checks, launch
 from coda_spec.source import parse_text
 from tests.conftest import ROOT
-from tests.emulate import emulate_compiled
+from tests.emulate import _interpret, emulate, emulate_compiled
 from tests.test_verify_cpu import fake_manifest
 
 EXTRA = ROOT / "tests" / "specs_extra"
@@ -655,3 +655,53 @@ def test_a_gemm_wider_than_fp32_indices_is_refused_before_allocating():
     with pytest.raises(CodaRuntimeError, match="column indices are fp32, exact up to 16777216"):
         launch.column_table(2**24 + 1, torch.device("meta"))
     assert launch.column_table(2**24, torch.device("meta")).shape == (1, 2**24)
+
+
+# -- store ... over: one buffer for a host step's output and the tile it overwrites -------------
+
+
+def _launch_in_torch(monkeypatch):
+    """Host steps go through ``Launcher.compiled`` (its output binding and poison), their cubin
+    launch replaced by the torch emulation writing into the buffers the runtime bound; GEMM
+    kernels and finalizes run in torch (``tests.emulate``)."""
+    emulate(monkeypatch)
+
+    def run_host(self, step, call):
+        def write(device, stream, grid, args):  # the kernel: into the bound buffers, in place
+            work = _interpret(self, step, call)
+            for name in step.writes:
+                call.env[name].copy_(work[name].reshape(call.env[name].shape))
+
+        for cubin in self._launcher.cubins[step.name]:
+            if cubin is not None:
+                monkeypatch.setattr(cubin, "launch", write)
+        self._launcher.compiled(self._plan, step, call)
+
+    monkeypatch.setattr(Chain, "_host", run_host)
+
+
+def test_a_store_over_writes_into_the_buffer_it_overwrites(tmp_path, monkeypatch):
+    """llama3_lm_head's ce_fwd_bwd stores dlogits over the logits: the manifest's launch output
+    says so, the runtime binds dlogits to the logits' buffer (no allocation of its own, and no
+    NaN poison: the buffer holds the logits the step reads), and the outputs are those of a run
+    with a buffer each (bit for bit) and of the reference interpreter."""
+    monkeypatch.setattr(checks, "current_device", lambda: torch.device("cpu"))
+    d, checked = make_build(tmp_path, "llama3_lm_head")
+    chain = runtime.load(d)
+    outs = [o for s in chain.manifest.steps if s.kind == "host" for o in s.launch.outputs]
+    assert [(o.tensor, o.over) for o in outs if o.over] == [("dlogits", "logits")]
+    sizes, low = _inputs(checked, 40, seed=5)
+    fresh = lambda: {k: v.clone() for k, v in low.items()}  # noqa: E731 - dw_acc is added into
+    emulate(monkeypatch)  # every step in torch, each output a buffer of its own
+    apart = chain.run(fresh())
+    _launch_in_torch(monkeypatch)
+    env = chain.run(fresh(), poison=True)
+    assert env["dlogits"].data_ptr() == env["logits"].data_ptr()
+    assert apart["dlogits"].data_ptr() != apart["logits"].data_ptr()
+    torch.testing.assert_close(env["dlogits"], apart["dlogits"], rtol=0, atol=0)
+    ref = ref_run(checked.analysis, low, "lowp", sizes)
+    for o in chain.manifest.outputs:
+        torch.testing.assert_close(env[o.name], apart[o.name], rtol=0, atol=0, msg=o.name)
+        assert bool(torch.isfinite(env[o.name]).all()), o.name
+        # the reference rounds in its own order: within two bf16 spacings of values near 1
+        torch.testing.assert_close(env[o.name].double(), ref[o.name].double(), rtol=2e-2, atol=8e-3)

@@ -396,6 +396,8 @@ def _kernel(hc: HostCtx, step, info, folds) -> TritonKernel:
             if t in hc.column_partials
             else list(analysis.tensor(t).shape),
             "init": "empty",
+            # a store over a tile this program loaded: the runtime binds that tile's buffer
+            **({"over": analysis.tensor(t).over} if analysis.tensor(t).over else {}),
         }
         for t in hc.writes
     )

@@ -15,12 +15,13 @@ viewed out of ``qkv``; embeddings stay in torch. The LM head is Liger's schedule
 vocabulary GEMMs (``specs/llama3_lm_head.yaml``): one forward call computes the logits (stored
 in bf16), the loss and, in the same call, the loss's gradients (dlogits in bf16, then dx2,
 dgamma_f and dW_lm), so the logits GEMM runs once. The model makes that call once per row chunk
-of the M tokens (:func:`lm_head_chunk`: C rows, the C x V logits and dlogits at most
-``LM_HEAD_CHUNK_BYTES`` each), so the bf16 logits and dlogits live only inside one chunk's
-call; the gradients are gathered over the chunks and held until the backward scales them by the
-loss's incoming gradient (:class:`_LMHead`). No M x V fp32 tensor is made, and once M exceeds a
-chunk no M x V bf16 one. ``specs/llama3_last.yaml`` (the LM head with four vocabulary GEMMs: its
-backward recomputes the logits) is kept for comparison; the model no longer runs it.
+of the M tokens (:func:`lm_head_chunk`: C rows, the C x V bf16 logits at most
+``LM_HEAD_CHUNK_BYTES``; dlogits is stored over them, in the same buffer), so the logits and
+dlogits live only inside one chunk's call; the gradients are gathered over the chunks and held
+until the backward scales them by the loss's incoming gradient (:class:`_LMHead`). No M x V fp32
+tensor is made, and once M exceeds a chunk no M x V bf16 one. ``specs/llama3_last.yaml`` (the LM
+head with four vocabulary GEMMs: its backward recomputes the logits) is kept for comparison; the
+model no longer runs it.
 
 Weights are coda's layout (``coda_spec.nn.layout``: fused QKV with rotary pairs adjacent,
 interleaved gate/up), permuted once at load. Sizes: one build of each chain serves every config
@@ -31,12 +32,12 @@ naming the ``coda build`` to run.
 Memory: ``recompute=True`` runs the layers through ``llama3_layer_recompute`` and
 ``llama3_last_mlp_recompute``, which save ``h1`` (M x D) instead of the gate/up pre-activation
 ``z1`` (M x 2F) and recompute ``z1`` in the backward with one more GEMM per layer; their inputs
-and the outputs the model reads are the plain chains', so :func:`causal_lm_loss` is the same. The
-LM head holds, between forward and backward, dx2 (M x D bf16), dgamma_f and dW_lm (V x D bf16:
-the weight's size, which the backward would make anyway), and inside one chunk's call the bf16
-logits and dlogits, C x V each, with dv2 (C x D fp32); each chunk's wgrad reduce-adds its dW_lm
-into the held one in place (the op's inplace flavour: no second V x D buffer); docs/training.md
-has the arithmetic.
+and the outputs the model reads are the plain chains', so :func:`causal_lm_loss` is the same.
+The LM head holds, between forward and backward, dx2 (M x D bf16), dgamma_f and dW_lm (V x D
+bf16: the weight's size, which the backward would make anyway), and inside one chunk's call one
+C x V bf16 buffer (the logits, then dlogits written over them) with dv2 (C x D fp32); each
+chunk's wgrad reduce-adds its dW_lm into the held one in place (the op's inplace flavour: no
+second V x D buffer); docs/training.md has the arithmetic.
 
 Dtypes: on the GPU the weights are bf16 (the chains' declared dtypes); on the CPU the chains run
 their reference in fp64 or fp32 when every floating input has that dtype (CI's parity tests),
@@ -75,9 +76,9 @@ def build_command(recompute: bool = False) -> str:
 BUILD_COMMAND = build_command()
 
 # The LM head's row chunk: the most rows C (a multiple of LM_HEAD_CHUNK_ALIGN) whose C x V bf16
-# logits, and its C x V bf16 dlogits, are at most this many bytes each. The runtime holds a chain
-# call's tensors until the call returns, so both live at once, at the end of the forward, when
-# every layer's saved activations do too: 512 MiB keeps the pair at 1 GiB (C = 2048 rows at V =
+# logits are at most this many bytes. Its dlogits are stored over them (one buffer: store ...
+# over: logits), which the runtime holds until the call returns, at the end of the forward, when
+# every layer's saved activations live too: 512 MiB keeps it at 501 MiB (C = 2048 rows at V =
 # 128256, a quarter of 8192 tokens) and a chunk's logits GEMM still has 16 x 501 output tiles
 # of 128 x 256, enough for every SM.
 LM_HEAD_CHUNK_BYTES = 512 << 20

@@ -6,6 +6,16 @@ else to the GEMM's A operand dtype (fp32 for column vectors). With ``add_to: t``
 pass); the new tensor is named by ``to`` and ``t`` may not be read after this step.
 Tiles write an M x W tensor; column vectors (a gathered target logit) write a length-M one.
 
+``over: t`` (host steps only) writes the stored tensor into the memory of ``t``, element for
+element at the same coordinates: one buffer for both (the LM head's dlogits over its logits, as
+Liger does). ``t`` must be a tile this host step reads with ``load_tile`` before the store (each
+element is read before it is overwritten, in the same program), an intermediate of the chain of
+the stored tensor's shape and dtype (not a chain input, which is the caller's, nor a declared
+output), and no later item or step may read ``t``. A GEMM epilogue stores through TMA into a
+buffer of its own: ``coda check`` refuses ``over`` there. The checker refuses the rest at the
+item (``analyze_writes.store_item``); the runtime binds the output to ``t``'s buffer, which
+``coda verify`` does not poison (it holds the values the step reads).
+
 fp8 stores (``dtype: fp8_e4m3`` / ``fp8_e5m2``, or an fp8 ``outputs`` entry): tiles only (D or an
 aux tile of a plain-mode kernel, or a host step's tile), rounded to nearest even and saturating
 at the format's largest finite value (``coda_spec.dtypes`` has the one rule and why the
@@ -55,6 +65,19 @@ PAIR_ONE_FULL = (
     "acc_pair kernels store one full-width tile (D) and half-width aux tiles",
     "store the other full-width value from another kernel, or store half of it",
 )
+
+
+def _refusal(op, where, sizes):
+    """``over`` in a GEMM epilogue: its stores go through TMA into a buffer of their own."""
+    if op.get("over") is None or where == "host":
+        return None
+    return ItemError(
+        f"over: '{op.get('over')}' writes in place in host steps only; a GEMM epilogue stores "
+        "each tile into a buffer of its own",
+        "over",
+        f"drop over: (a second buffer), or store it from a host step that reads "
+        f"'{op.get('over')}' with load_tile",
+    )
 
 
 def _lower(lc, op):
@@ -123,6 +146,10 @@ PRIMITIVE = Primitive(
             "to": {"type": "string", "pattern": NAME_RE},
             "dtype": {"enum": list(DTYPES + FP8_DTYPES)},
             "add_to": TENSOR_REF,
+            "over": {
+                **TENSOR_REF,
+                "description": "a tile the host step loaded, written over in place",
+            },
         },
         result="none",
     ),
@@ -133,4 +160,5 @@ PRIMITIVE = Primitive(
     reference=_reference,
     lower=_lower,
     host=_host,
+    item_refusal=_refusal,
 )

@@ -5,7 +5,8 @@ QuACK's call ABI for an exported GEMM is named once, :func:`quack_gemm`. A kerne
 operands as views (Linear weights as (N, K), per-row vectors as (1, M), per-column vectors as
 (1, N)), freshly allocated outputs and partial buffers (fp32, sized from the chosen variant's
 tile config) and ``max_active_clusters = SMs // cluster size``. A compiled step (host, finalize)
-gets its outputs allocated, its arguments bound (:func:`launch_values`, :func:`launch_grid`) and
+gets its outputs allocated (a host step's ``store ... over: t`` output is ``t``'s buffer, neither
+allocated nor poisoned), its arguments bound (:func:`launch_values`, :func:`launch_grid`) and
 one launch; its aligned cubin when the call's i32 arguments allow it.
 
 Empty GEMMs launch nothing (QuACK's scheduler cannot take an empty grid): with M or N empty the
@@ -409,6 +410,9 @@ class Launcher:
         an empty grid)."""
         launch, env, sizes = step.launch, call.env, call.sizes
         for o in launch.outputs:
+            if o.over is not None:  # written over a tile it reads: that buffer, not poisoned
+                env[o.tensor] = env[o.over]
+                continue
             dtype = TORCH_DTYPES[o.dtype]
             # the launch's own shape: a host reduce_col's partial is (rows, W), not its result's
             shape = plan.field_shape(o, sizes)

@@ -1,4 +1,4 @@
-# Generated from specs/llama3_lm_head.yaml (spec hash 915dd6c548c6ccaa) by coda; do not edit:
+# Generated from specs/llama3_lm_head.yaml (spec hash 3003fb0ef3bb8940) by coda; do not edit:
 # change the spec and rebuild. Calls: lowered.json; tool versions: manifest.json.
 """Epilogues of chain 'llama3_lm_head' for QuACK's sm90 GEMM."""
 
