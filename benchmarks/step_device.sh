@@ -18,7 +18,7 @@
 #   gemms   step_gemms 1B 2x4096: coda (+ the rulers' prediction: PREDICT, default all) and
 #           hf-compile-nomask (GEMM_MODES)
 #           (about 120 s: the sustained ruler over 28 kernels x ROUNDS streams, then isolated)
-#   shapes  train_step 1B 1x8192 and 8B-like 4 layers 2x4096, the same modes (about 180 s each)
+#   shapes  train_step 8B-like 4 layers 2x4096 and 1B 1x8192, the same modes (about 180 s each)
 #   adamw   train_step 1B 2x4096 adamw: coda, hf-compile-nomask (about 70 s)
 #   memory  memory_peak 8B-like: what is live at coda's and Liger's peak (about 40 s; not in the
 #           default PARTS)
@@ -71,8 +71,8 @@ for part in ${PARTS:-step1b gemms shapes adamw}; do
     pack
     ;;
   shapes)
-    step step-1b-1x8192-fwdbwd 190 --shape 1b-1x8192 --kind fwdbwd --modes "${SHAPE_MODES:-$MODES}" --profile
     step step-8b-layer4-2x4096-fwdbwd 190 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "${SHAPE_MODES:-$MODES}" --profile
+    step step-1b-1x8192-fwdbwd 190 --shape 1b-1x8192 --kind fwdbwd --modes "${SHAPE_MODES:-$MODES}" --profile
     ;;
   adamw) step step-1b-2x4096-adamw 90 --shape 1b-2x4096 --kind adamw --modes coda,hf-compile-nomask ;;
   memory)
