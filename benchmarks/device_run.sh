@@ -59,7 +59,10 @@ RECIPES="issue 7's gates (2026-12-01): VERIFY_BUILDS=\"build/rmsnorm_chain-lates
 issue 10's runtime: bash benchmarks/device_run.sh gates host-overhead; then verify; then SPECS=\"specs/b3_rope_bwd.yaml specs/b4_ce_fwd_bwd.yaml specs/llama_block.yaml\" WIDTH=4096 BENCH_ARGS=\"--baselines eager,compile\" bash benchmarks/device_run.sh bench
 issue 11: bash benchmarks/device_run.sh verify-each; then gates
 issue 18: bash benchmarks/device_run.sh host-overhead gates verify-each   (carry .old too)
-the catalogue bench at D = 4096: WIDTH=4096 MS=16384,4096 bash benchmarks/device_run.sh bench"
+the catalogue bench at D = 4096: WIDTH=4096 MS=16384,4096 bash benchmarks/device_run.sh bench
+issue 33's step (2026-12-03, calls 3 and 4): BUDGET_S=500 VERIFY_BUILDS=build/llama3_lm_head-latest VERIFY_ARGS=\"--dims M=2048,V=16384\" VERIFY_S=60 TUNED_OLD=coda_spec/tuned/h200.json MODES=coda,coda-compile,coda-graphs,liger,hf-compile-nomask SHAPE_MODES=coda,liger,hf-compile-nomask STEP1B_S=230 STEPS=10 WARMUP=2 PARTS=\"step1b shapes\" bash benchmarks/device_run.sh verify step
+issue 33's step, the rest (not run yet): TUNED_OLD=coda_spec/tuned/h200.json MODES=hf,hf-compile SHAPE_MODES=coda-compile,coda-graphs,hf,hf-compile STEPS=10 WARMUP=2 PARTS=\"step1b shapes adamw\" bash benchmarks/device_run.sh step
+issue 32's rest (not run yet): the 8B-like llama3_first and llama3_layer at M = 16384, then every llama3 kernel against cuBLAS at the cap: BUILDS=\"llama3_first llama3_layer\" MS=16384 DIMS=8b BARE=0 ROUNDS=1 bash benchmarks/device_run.sh tune-cap"
 
 show_list() {
   echo "Phases (bash benchmarks/device_run.sh PHASE [PHASE ...]; about how long; what):"
