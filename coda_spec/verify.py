@@ -243,12 +243,22 @@ def _resized(chain, checked, static: dict):
 
 
 def verify_case(
-    chain, checked, case: str, sizes: dict, seed: int, reference=None, variant: str | None = None
+    chain,
+    checked,
+    case: str,
+    sizes: dict,
+    seed: int,
+    reference=None,
+    variant: str | None = None,
+    memo: dict | None = None,
 ) -> tuple:
     """Run one shape case. ``reference``: a checked spec whose math is the reference (the
     must-fail test checks a mutant's build against the original spec). ``variant``: a config
     text: run that variant of every kernel step that has it (at these dims) and the fallback of
-    the others; None: the chain as it is (a single-variant build)."""
+    the others; None: the chain as it is (a single-variant build). ``memo``: the last case's
+    drawn inputs and references, by sizes and seed (:func:`verify_chain` runs every variant of
+    a case in a row: what no variant changes is drawn and computed once; an LM head's V x D
+    inputs took 12 s each to draw on the CPU, every round)."""
 
     declared = checked.spec.dim_sizes()
     static = {k: v for k, v in sizes.items() if declared.get(k) is not None and declared[k] != v}
@@ -264,25 +274,22 @@ def verify_case(
     manifest = runner.manifest
     if variant is not None:
         runner = runner.with_variants(_forced(manifest, variant))
-    low, exact = make_inputs(case_checked.spec, sizes, seed)
-    bad = derive_mismatches(case_checked.spec, sizes, {k: tuple(v.shape) for k, v in low.items()})
-    if bad:  # a derive the meta evaluation could not size
-        raise CaseSkipped("; ".join(bad))
+    outputs = manifest.outputs + (manifest.backward_outputs if manifest.has_backward else ())
+    key = (tuple(sorted(sizes.items())), seed)
+    drawn = None if memo is None else memo.get(key)
+    if drawn is None:
+        if memo is not None:
+            memo.clear()  # one case's tensors at a time
+        drawn = _draw_case(case, case_checked, ref_checked, manifest, sizes, seed, outputs)
+        if memo is not None:
+            memo[key] = drawn
+    inputs, grads, ref, lowp, algebra = drawn
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    inputs = {k: v.to(dev) for k, v in low.items()}
-    grads = None  # a chain with a backward section is verified forward AND backward
-    if manifest.has_backward:
-        low_g, _ = make_grads(case_checked.spec, case_checked.analysis, sizes, seed + 1)
-        grads = {k: v.to(dev) for k, v in low_g.items()}
     env = runner.run(
         {k: v.clone() for k, v in inputs.items()},
         poison=True,
         **({"grads": {k: v.clone() for k, v in grads.items()}} if grads else {}),
     )
-    outputs = manifest.outputs + (manifest.backward_outputs if grads else ())
-    keep = [o.name for o in outputs]
-    ref = _only(run(ref_checked.analysis, inputs, "fp64", sizes, grads=grads), keep)
-    lowp = _only(run(ref_checked.analysis, inputs, "lowp", sizes, grads=grads), keep)
     shown = {k: v for k, v in sizes.items()}
     checks = []
     for o in outputs:
@@ -315,12 +322,32 @@ def verify_case(
                 f"{bad} partial slot(s) unwritten" if bad else "every slot written",
             )
         )
+    return checks, [(case, *a[1:]) for a in algebra]
+
+
+def _draw_case(case, case_checked, ref_checked, manifest, sizes, seed, outputs) -> tuple:
+    """What a case's variants share: ``(inputs, grads, ref, lowp, algebra)``, the inputs (and
+    incoming gradients) drawn on the CPU and moved to the device, the fp64 and low-precision
+    references of ``outputs``, and the ``equivalent_to`` rows."""
+    low, exact = make_inputs(case_checked.spec, sizes, seed)
+    bad = derive_mismatches(case_checked.spec, sizes, {k: tuple(v.shape) for k, v in low.items()})
+    if bad:  # a derive the meta evaluation could not size
+        raise CaseSkipped("; ".join(bad))
+    dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    inputs = {k: v.to(dev) for k, v in low.items()}
+    grads = None  # a chain with a backward section is verified forward AND backward
+    if manifest.has_backward:
+        low_g, _ = make_grads(case_checked.spec, case_checked.analysis, sizes, seed + 1)
+        grads = {k: v.to(dev) for k, v in low_g.items()}
+    keep = [o.name for o in outputs]
+    ref = _only(run(ref_checked.analysis, inputs, "fp64", sizes, grads=grads), keep)
+    lowp = _only(run(ref_checked.analysis, inputs, "lowp", sizes, grads=grads), keep)
     algebra = []
     if ref_checked.spec.equivalent_to:
         drawn = {"inputs": {k: v.to(dev) for k, v in exact.items()}, "grads": {}}
         for c in check_equivalence(ref_checked, sizes, drawn=drawn):
             algebra.append((case, c.output, c.rel_err, c.rel_err <= 1e-9))
-    return checks, algebra
+    return inputs, grads, ref, lowp, algebra
 
 
 def _only(env: dict, names: list) -> dict:
@@ -329,7 +356,9 @@ def _only(env: dict, names: list) -> dict:
     return {k: env[k] for k in names}
 
 
-def fitted_case(chain, checked, label, sizes, seed, reference, variant, notes, shrink=True):
+def fitted_case(
+    chain, checked, label, sizes, seed, reference, variant, notes, shrink=True, memo=None
+):
     """``verify_case``, fitted to the GPU's memory: on a CUDA out-of-memory the case runs again
     at half the dynamic dim (never below ``SMALL_M``), and ``notes`` says so. ``shrink=False``
     (a ``--dims`` case), or nothing left to halve: a ToolError naming ``--dims``/``--small``."""
@@ -337,9 +366,12 @@ def fitted_case(chain, checked, label, sizes, seed, reference, variant, notes, s
     dyn = dynamic_dim(checked.spec.dims)
     while True:
         try:
-            return verify_case(chain, checked, label, sizes, seed, reference, variant), sizes
+            got = verify_case(chain, checked, label, sizes, seed, reference, variant, memo)
+            return got, sizes
         except torch.OutOfMemoryError as e:
             cause = str(e).split("\n")[0]
+        if memo is not None:
+            memo.clear()
         _release()  # outside the handler: the traceback's frames no longer hold the tensors
         shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
         m = sizes.get(dyn) if dyn else None
@@ -355,6 +387,12 @@ def fitted_case(chain, checked, label, sizes, seed, reference, variant, notes, s
             f"({_free_gib()} free); it ran at {dyn}={smaller}"
         )
         sizes = {**sizes, dyn: smaller}
+
+
+def _case_key(run: tuple) -> tuple:
+    """A verify run's case and sizes: the runs that share them share drawn inputs."""
+    _, _, case, sizes = run
+    return case, tuple(sorted(sizes.items()))
 
 
 def _release() -> None:
@@ -400,21 +438,36 @@ def verify_chain(
     checks, algebra = [], list(math_proof(reference or checked, seed))
     notes: list = []
     rounds = variant_rounds(chain.manifest)
+    runs = []  # (round, variant, case, sizes), in the report's order: round by round
     for i, key in enumerate(rounds):
         variant = config_text(key) if len(rounds) > 1 else None
-        for case, sizes in cases(checked, dims, only_small, notes, key["tile_n"]):
-            label = f"{case} [{variant}]" if variant else case
-            try:
-                (c, a), sizes = fitted_case(
-                    chain, checked, label, sizes, seed, reference, variant, notes, not dims
-                )
-            except CaseSkipped as e:  # never abort the chain: note it and run the other cases
-                shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-                notes.append(f"{label} case ({shown}) skipped: {e}")
-                continue
-            checks += c
+        runs += [
+            (i, variant, c, z) for c, z in cases(checked, dims, only_small, notes, key["tile_n"])
+        ]
+    # run case by case, so a case's variants share its inputs and references (``memo``); the
+    # report keeps the rounds' order
+    first: dict = {}
+    for j, r in enumerate(runs):
+        first.setdefault(_case_key(r), j)
+    order = sorted(range(len(runs)), key=lambda j: (first[_case_key(runs[j])], j))
+    memo: dict = {}
+    got: dict = {}
+    for j in order:
+        i, variant, case, sizes = runs[j]
+        label = f"{case} [{variant}]" if variant else case
+        try:
+            got[j], _ = fitted_case(
+                chain, checked, label, sizes, seed, reference, variant, notes, not dims, memo
+            )
+        except CaseSkipped as e:  # never abort the chain: note it and run the other cases
+            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            notes.append(f"{label} case ({shown}) skipped: {e}")
+    memo.clear()
+    for j, (i, *_) in enumerate(runs):
+        if j in got:
+            checks += got[j][0]
             if i == 0:  # equivalent_to is the spec's math: once, not once per variant
-                algebra += a
+                algebra += got[j][1]
     notes = list(dict.fromkeys(notes))  # the ragged note of every round once
     return Report(
         chain.name,

@@ -750,10 +750,20 @@ def _variant_checked(dims):
 
 
 @pytest.mark.slow
-def test_verify_runs_every_variant_and_labels_it(tmp_path, quick):
-    """Two variants: every case runs once per variant, labelled with its config; partial
-    buffers have that variant's shape; the ragged case is ragged for that variant's tile
-    (D = 384 is off the 256 grid already, on the 128 grid: nudged to 360)."""
+def test_verify_runs_every_variant_and_labels_it(tmp_path, quick, monkeypatch):
+    """Two variants: every case runs once per variant, labelled with its config (the report
+    round by round); partial buffers have that variant's shape; the ragged case is ragged for
+    that variant's tile (D = 384 is off the 256 grid already, on the 128 grid: nudged to 360).
+    The variants of a case run in a row and share its drawn inputs: one draw per case and
+    size, four here, not six."""
+    draws = []
+    make_inputs = V.make_inputs
+
+    def counted(spec, sizes, seed, *a, **k):
+        draws.append(dict(sizes))
+        return make_inputs(spec, sizes, seed, *a, **k)
+
+    monkeypatch.setattr(V, "make_inputs", counted)
     checked = _variant_checked({"D": 384, "F": 512})
     fake = VariantFake(
         checked, tmp_path, manifest=add_variants(fake_manifest(checked), checked, PP)
@@ -762,9 +772,10 @@ def test_verify_runs_every_variant_and_labels_it(tmp_path, quick):
     assert report.passed, R.render_table(report)
     cases = list(dict.fromkeys(c.case for c in report.checks))
     assert cases == [f"{c} [{v}]" for v in (V0, V1) for c in ("real", "ragged", "small")]
-    assert [forced for _, forced in fake.log] == [{"out_proj": V0, "up_proj": V0}] * 3 + [
-        {"out_proj": V1, "up_proj": V1}
-    ] * 3
+    v0, v1 = {"out_proj": V0, "up_proj": V0}, {"out_proj": V1, "up_proj": V1}
+    # case by case, in the order each case and size first appears
+    assert [forced for _, forced in fake.log] == [v0, v1, v0, v0, v1, v1]
+    assert [(d["M"], d["D"]) for d in draws] == [(128, 384), (100, 384), (8, 384), (100, 360)]
     ragged = {c.case: c.dims for c in report.checks if c.case.startswith("ragged")}
     assert ragged[f"ragged [{V0}]"]["D"] == 384 and ragged[f"ragged [{V1}]"]["D"] == 360
     ss = {c.case: c.shape for c in report.checks if c.output == "ss (partials)"}
