@@ -224,9 +224,51 @@ def test_reduce_overhead_replays_the_lmhead_backward_op():
         return tuple(out[n] for n in names)
 
     want = step(**{k: v.clone() for k, v in inputs.items()})
+    op.chain._launcher._columns.clear()  # an eager call keeps its tables; a compiled one none
     compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
     for _ in range(3):
         got = compiled(**{k: v.clone() for k, v in inputs.items()})
         for n, a, b in zip(names, got, want, strict=True):
             assert torch.equal(a, b), n
     assert op.chain._launcher._columns == {}
+
+
+def test_eager_op_calls_keep_their_turns_tables_and_compiled_calls_none():
+    """An eager call of an op (through the dispatcher, with autograd) keeps its RoPE turns table
+    for the next call, as a direct chain call does; a compiled graph's call keeps none (CUDA-
+    graph trees), and both give the same outputs."""
+    import torch
+
+    op, inputs, _ = _op("llama_block")
+    tables = op.chain._launcher._tables
+    tables.clear()
+    x = _trainable(op, inputs)
+    eager = op(**x)
+    assert tables, "the eager call kept no turns table"
+    kept = dict(tables)
+    again = op(**x)
+    assert tables == kept  # the second call read the kept table
+    tables.clear()
+    compiled = torch.compile(lambda **kw: op(**kw)["qkv"], fullgraph=True)
+    got = compiled(**x)
+    assert not tables
+    assert torch.equal(got, eager["qkv"]) and torch.equal(again["qkv"], eager["qkv"])
+
+
+def test_a_store_over_shares_the_buffer_on_the_gpu():
+    """llama3_lm_head's ce_fwd_bwd writes dlogits over the logits (``store ... over:``): one
+    buffer for both in the chain's environment, at V = 16384 (re-sized: the kernels are the
+    same at any V)."""
+    import torch
+
+    import coda_spec
+    from coda_spec.bench.driver import Options, draw
+
+    op = coda_spec.op(need_build("llama3_lm_head"), tuned=False, dims={"V": 16384})
+    checked = op.chain.checked()
+    sizes = {d.name: (d.size or 512) for d in checked.spec.dims}
+    _, inputs, _ = draw(op.chain, checked, sizes, Options(seed=1))
+    env = op.chain.run({k: v.clone() for k, v in inputs.items()})
+    torch.cuda.synchronize()
+    assert env["dlogits"].data_ptr() == env["logits"].data_ptr()
+    assert torch.isfinite(env["loss"]) and torch.isfinite(env["dx2"].float()).all()
