@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -276,6 +277,27 @@ def test_a_chunked_lm_head_equals_one_chunk(builds):
     assert rel(loss2, loss1) <= 1e-14, (loss2.item(), loss1.item())
     worst = {n: rel(grads2[n], grads1[n]) for n in grads1}
     assert max(worst.values()) <= 1e-13, worst
+
+
+def test_the_model_specs_ship_inside_the_package(tmp_path, monkeypatch):
+    """Every chain the model runs (plain and recompute) has its spec in ``coda_spec/models/``,
+    package data (pyproject), the repository's file itself; outside a checkout the build
+    command names those files, which exist."""
+    import tomllib
+
+    from coda_spec.nn import llama
+
+    names = {*CHAINS, *RECOMPUTE.values()}
+    for name in names:
+        packaged = llama.MODEL_SPECS / f"{name}.yaml"
+        assert packaged.resolve() == (rt.ROOT / "specs" / f"{name}.yaml").resolve(), name
+    data = tomllib.loads((rt.ROOT / "pyproject.toml").read_text())
+    assert "models/*.yaml" in data["tool"]["setuptools"]["package-data"]["coda_spec"]
+    monkeypatch.chdir(tmp_path)  # no specs/ here
+    for recompute in (False, True):
+        paths = llama.build_command(recompute).split()[2:]
+        assert len(paths) == len(CHAINS) and all(Path(p).is_file() for p in paths), paths
+        assert all(Path(p).parent == llama.MODEL_SPECS for p in paths), paths
 
 
 def test_a_missing_recompute_build_names_its_command(builds):

@@ -67,13 +67,24 @@ RECOMPUTE = {
 }
 
 
+# The model's specs ship inside the package (``coda_spec/models/``: links to the repository's
+# ``specs/``, their one home, copied into a wheel), so an installed coda can build them.
+MODEL_SPECS = Path(__file__).resolve().parent.parent / "models"
+
+
+def spec_path(name: str) -> str:
+    """The spec of chain ``name`` as ``coda build`` takes it: ``specs/<name>.yaml`` where the
+    working directory is a checkout's root (the same file), else the packaged one. Either
+    builds to the same address (a build is hashed under the spec's file name alone)."""
+    local = Path("specs", f"{name}.yaml")
+    return str(local) if local.is_file() else str(MODEL_SPECS / f"{name}.yaml")
+
+
 def build_command(recompute: bool = False) -> str:
     """The ``coda build`` that makes the chains a model needs."""
     names = [RECOMPUTE.get(n, n) if recompute else n for n in CHAINS]
-    return "coda build " + " ".join(f"specs/{n}.yaml" for n in names)
+    return "coda build " + " ".join(spec_path(n) for n in names)
 
-
-BUILD_COMMAND = build_command()
 
 # The LM head's row chunk: the most rows C (a multiple of LM_HEAD_CHUNK_ALIGN) whose C x V bf16
 # logits are at most this many bytes. Its dlogits are stored over them (one buffer: store ...
