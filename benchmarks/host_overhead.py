@@ -150,7 +150,7 @@ def _launch_calls(chain, inputs: dict, calls: int) -> dict:
 
 def _op_rows(op, inputs: dict, calls: int, launches: int) -> dict:
     """The chain's torch op (docs/training.md): ``op(**inputs)`` (the eager bypass: no
-    dispatcher) and ``torch.ops.coda.<name>`` itself (the dispatcher, as under autograd)."""
+    dispatcher) and ``torch.ops.coda.<op_name>`` itself (the dispatcher, as under autograd)."""
     args = [inputs[n] for n in op.inputs]
     out = {}
     ways = (("op_eager", lambda: op(**inputs)), ("op_dispatch", lambda: op.op(*args, op.dims)))

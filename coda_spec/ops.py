@@ -1,24 +1,27 @@
-"""Built chains as torch ops: ``coda::<spec name>``, with autograd from the backward section.
+"""Built chains as torch ops: ``coda::<spec name>_<build hash>``, with autograd from the backward
+section.
 
     import coda_spec
-    llama = coda_spec.op("build/llama_block-latest")     # a ChainOp
+    llama = coda_spec.op("build/llama_block-latest")     # a ChainOp (llama.op_name, llama.op)
     out = llama(y=y, w_o=w_o, ...)                        # {"x1": ..., "qkv": ...}, differentiable
     out["x2"].float().sum().backward()                    # runs the backward section's kernels
 
 docs/training.md is the user's guide. The contract, as torch.library intends it:
 
-* **One custom op per chain**, ``torch.ops.coda.<name>`` (schema: the chain's required inputs,
+* **One custom op per build**, ``torch.ops.coda.<name>_<hash>`` (:func:`op_name`: the spec name
+  and the build's content address, so two builds of one spec live in one process; a handle's
+  ``op_name`` and ``op``). Its schema: the chain's required inputs,
   positionally, as ``Tensor a0, a1, ...``; it returns the declared outputs, then the forward
   tensors the backward section saves that are not outputs). It is functional: every returned
   tensor is fresh. An ``add_to`` output (a kernel that accumulates in place) is computed into a
   copy of the tensor it accumulates into, so the input is never written. The **inplace
-  flavour** (``op(..., inplace=True)``, ``coda::<name>_inplace``; a forward-only chain only)
+  flavour** (``op(..., inplace=True)``, ``coda::<name>_<hash>_inplace``; a forward-only chain only)
   accumulates into it instead, its schema declaring that argument mutated
   (:meth:`ChainOp.with_inplace`).
 * ``register_fake`` sizes every returned tensor from the manifest's shape expressions, with the
   dynamic dim (M) read off the input that carries it, symbolic under ``torch.compile``.
 * **Autograd** (a chain with a ``backward:`` section): ``setup_context`` saves exactly the spec's
-  ``backward.save``; the backward is a second op, ``coda::<name>_backward``, which runs the
+  ``backward.save``; the backward is a second op, ``coda::<name>_<hash>_backward``, which runs the
   backward steps on those saved tensors (the forward never runs again). Outputs that no
   incoming gradient is declared for (statistics such as ``r``) are non-differentiable; inputs
   that no backward output is the gradient of (``pos``, ``target``) get ``None``. Incoming
@@ -65,16 +68,20 @@ order (:attr:`ChainOp.dims`), so one ``coda::<name>`` serves every size of one b
 jsonschema, yaml, reference interpreter or primitive registry); :func:`resized` and the CPU
 implementation load what they use when first used (``tests/test_ops.py``).
 
-One build per op name per process: :func:`op` on the same build and dims again returns the same
-:class:`ChainOp`; on another build of that spec name it raises (load one build per spec name, or
-rename the spec). Make ops with :func:`op`.
+One op per build per process: :func:`op` on the same build and dims again returns the same
+:class:`ChainOp`; another build of the spec (another content address) is another op beside it;
+a second directory holding a build of the same address raises (load one of them). Make ops with
+:func:`op`.
 """
 
 from __future__ import annotations
 
 import contextvars
 import copy
+import hashlib
+import re
 import sys
+from pathlib import Path
 
 import torch
 
@@ -111,16 +118,28 @@ def op(
     if dims:
         chain = resized(chain, dims)
     key = _dims_key(chain)
-    have = _OPS.setdefault(chain.name, {})
+    name = op_name(chain)
+    have = _OPS.setdefault(name, {})
     other = next(iter(have.values()), None)
     if other is not None and other.chain.directory != chain.directory:
         raise CodaRuntimeError(
-            f"coda::{chain.name} is already the op of {other.chain.directory} in this "
-            f"process; load one build of a spec name as an op ({chain.directory} is another)"
+            f"coda::{name} is already the op of {other.chain.directory} in this process; "
+            f"{chain.directory} holds a build with the same address: load one of them"
         )
     if key not in have:
         have[key] = ChainOp(chain)
     return have[key].with_grad_accum(fuse_grad_accum).with_inplace(inplace)
+
+
+def op_name(chain: Chain) -> str:
+    """The torch op name of a build: ``<spec name>_<build hash>``, the hash of its directory's
+    content address (``build/<spec>-<hash>/``; a directory named otherwise: the first 12 hex
+    digits of its manifest's sha256). Two builds of one spec are two ops in one process."""
+    directory = Path(chain.directory).resolve()
+    spec, _, digest = directory.name.rpartition("-")
+    if spec != chain.name or not re.fullmatch(r"[0-9a-f]{12}", digest):
+        digest = hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest()[:12]
+    return f"{chain.name}_{digest}"
 
 
 class ResizeRefused(CodaRuntimeError):
@@ -290,6 +309,7 @@ class ChainOp:
     def __init__(self, chain: Chain):
         m = chain.manifest
         self.chain, self.name = chain, m.name
+        self.op_name = op_name(chain)  # torch.ops.coda.<op_name>
         self.dims = list(_dims_key(chain))  # the op's last argument (the module docstring)
         self.inputs = list(chain.required_inputs)
         self.outputs = [o.name for o in m.outputs]
@@ -309,14 +329,14 @@ class ChainOp:
         self.fuse_grad_accum = False
         n_bwd = len(self.saved) + len(self.grads) if self.has_backward else 0
         self.op, self.backward_op = _define(
-            self.name,
+            self.op_name,
             _schema(len(self.inputs), len(self.returns)),
             _schema(n_bwd, len(self.grad_outputs), "int[] needed") if self.has_backward else None,
         )
 
     def __repr__(self) -> str:
         fused = ", fuse_grad_accum" if self.fuse_grad_accum else ""
-        name = f"{self.name}_inplace" if self.inplace else self.name
+        name = f"{self.op_name}_inplace" if self.inplace else self.op_name
         return f"<coda op coda::{name} of {self.chain.directory}{fused}>"
 
     def with_grad_accum(self, on: bool = True) -> ChainOp:
@@ -360,7 +380,7 @@ class ChainOp:
             mutated = tuple(f"a{self.inputs.index(n)}" for n in into)
             n_out = len(self._inplace_returns())
             other.inplace_op = _define_inplace(
-                self.name, _schema(len(self.inputs), n_out, mutated=mutated), mutated
+                self.op_name, _schema(len(self.inputs), n_out, mutated=mutated), mutated
             )
         return other
 
@@ -443,13 +463,13 @@ class ChainOp:
         return _one(tuple(got[n] for n in self._inplace_returns()))
 
     def _fake_inplace(self, *args) -> tuple:
-        _inductor_fallbacks(self.name)
+        _inductor_fallbacks(self.op_name)
         inputs = dict(zip(self.inputs, args, strict=True))
         names = self._inplace_returns()
         return self._empties(names, inputs, _wide(inputs.values()), args[0].device)
 
     def _fake(self, *args) -> tuple:
-        _inductor_fallbacks(self.name)
+        _inductor_fallbacks(self.op_name)
         inputs = dict(zip(self.inputs, args, strict=True))
         return self._empties(self.returns, inputs, _wide(inputs.values()), args[0].device)
 
@@ -585,7 +605,7 @@ class ChainOp:
         return _one(tuple(out[g] for g, _ in self.grad_outputs))
 
     def _backward_fake(self, *args, needed=None) -> tuple:
-        _inductor_fallbacks(self.name)
+        _inductor_fallbacks(self.op_name)
         saved, grads = self._backward_split(args)
         wide = _wide([*saved.values(), *grads.values()])
         names = [g for g, _ in self.grad_outputs]

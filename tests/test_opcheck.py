@@ -6,7 +6,7 @@ opcheck runs its four checks (schema: no input mutated or aliased unless the sch
 autograd registration; the fake against the real op's shapes, dtypes and strides; AOT
 dispatch with M dynamic, gradients included) on each op the chain defines:
 
-* ``coda::<name>``, the inputs its backward differentiates requiring grad;
+* ``coda::<name>_<hash>`` (``op.op_name``), the inputs its backward differentiates requiring grad;
 * ``coda::<name>_backward`` (a chain with a ``backward:`` section), on the saved tensors of a
   forward call and ``coda_spec.inputs.make_grads``' incoming gradients, every gradient wanted;
 * ``coda::<name>_inplace`` (a forward-only chain that accumulates into an input,

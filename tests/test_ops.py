@@ -63,9 +63,11 @@ def _loss(out: dict):
 
 def test_the_op_is_registered_with_the_chains_contract(build):
     op, _ = build("rmsnorm_chain")
-    assert torch.ops.coda.rmsnorm_chain.default is not None
+    assert op.op_name == "rmsnorm_chain_000000000000"  # the spec name, the build's address
+    assert getattr(torch.ops.coda, op.op_name).default is not None
     assert op.inputs == ["y", "w_o", "x", "gamma", "w_up"] and op.returns == ["x1", "r", "out"]
-    assert op.backward_op is None and repr(op).startswith("<coda op coda::rmsnorm_chain of ")
+    assert op.backward_op is None
+    assert repr(op).startswith("<coda op coda::rmsnorm_chain_000000000000 of ")
 
 
 @pytest.mark.parametrize("via", ["eager", "dispatcher"])
@@ -75,7 +77,7 @@ def test_cpu_outputs_are_the_reference_at_the_declared_dtypes(build, via):
     if via == "eager":
         got = op(**low)
     else:
-        got = torch.ops.coda.rmsnorm_chain(*[low[n] for n in op.inputs], op.dims)
+        got = getattr(torch.ops.coda, op.op_name)(*[low[n] for n in op.inputs], op.dims)
         got = dict(zip(op.returns, got, strict=True))
     ref = reference.run(checked.analysis, low, "kernel", sizes)
     for name, dtype in (("x1", torch.bfloat16), ("r", torch.float32), ("out", torch.bfloat16)):
@@ -272,21 +274,30 @@ def test_a_gradient_of_the_wrong_shape_is_refused(build):
         op.backward_op(*(saved[n].detach() for n in op.saved), *grads, op.dims, needed)
 
 
-def test_one_build_per_op_name(build, tmp_path):
-    op, _ = build("rmsnorm_chain")
+def test_one_op_per_build_and_two_builds_of_a_spec_side_by_side(build, tmp_path):
+    """The op name carries the build's address: the same build is the same op; another build
+    of the spec (another address) is another op in the same process, each running its own
+    build; a second directory with the same address is refused."""
+    op, checked = build("rmsnorm_chain")
     assert ops.op(op.chain) is op
     other = tmp_path / "other"
     other.mkdir()
     d, _ = rt.make_build(other, "rmsnorm_chain")
     with pytest.raises(CodaRuntimeError, match="already the op of"):
         ops.op(d)
+    renamed = d.rename(other / "rmsnorm_chain-0123456789ab")
+    second = ops.op(coda_spec.load(renamed, tuned=False))
+    assert second.op_name == "rmsnorm_chain_0123456789ab" and second.op is not op.op
+    _, low = _inputs(checked, 8)
+    a, b = op(**low), second(**low)
+    assert all(torch.equal(a[n], b[n]) for n in op.outputs)
 
 
 def test_a_chain_of_one_output(build):
     """One output: the op's schema returns a Tensor, not a tuple of one."""
     op, checked = build("f2_deferred_norm")
     _, low = _inputs(checked, 8)
-    got = torch.ops.coda.f2_deferred_norm(*[low[n] for n in op.inputs], op.dims)
+    got = getattr(torch.ops.coda, op.op_name)(*[low[n] for n in op.inputs], op.dims)
     assert isinstance(got, torch.Tensor)
     assert torch.equal(op(**low)[op.outputs[0]], got)
 
@@ -326,7 +337,8 @@ def test_the_inplace_flavour_accumulates_into_its_add_to_input(build, via):
     _, low = _inputs(checked, 8)
     want = fn(**low)
     ip = ops.op(fn.chain, inplace=True)
-    assert ip.inplace and repr(ip).startswith("<coda op coda::b1_dgrad_rmsnorm_bwd_inplace")
+    assert ip.inplace
+    assert repr(ip).startswith("<coda op coda::b1_dgrad_rmsnorm_bwd_000000000000_inplace")
     assert ops.op(fn.chain) is fn and not fn.inplace  # the functional handle is unchanged
     dres = low["dres"].clone()
     if via == "eager":
@@ -334,11 +346,11 @@ def test_the_inplace_flavour_accumulates_into_its_add_to_input(build, via):
         assert got["dx"] is dres
     else:
         args = [dres if n == "dres" else low[n] for n in ip.inputs]
-        rest = torch.ops.coda.b1_dgrad_rmsnorm_bwd_inplace(*args, ip.dims)
+        rest = getattr(torch.ops.coda, f"{ip.op_name}_inplace")(*args, ip.dims)
         got = dict(zip([n for n in ip.outputs if n != "dx"], rest, strict=True))
     assert torch.equal(dres, want["dx"])
     assert torch.equal(got["v"], want["v"]) and torch.equal(got["dgamma"], want["dgamma"])
-    schema = str(torch.ops.coda.b1_dgrad_rmsnorm_bwd_inplace.default._schema)
+    schema = str(getattr(torch.ops.coda, f"{ip.op_name}_inplace").default._schema)
     assert f"Tensor(a{ip.inputs.index('dres')}!)" in schema
 
 

@@ -80,7 +80,7 @@ def main(argv=None) -> list:
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
 
-    mlp = coda_spec.op(args.build)  # torch.ops.coda.relu2_mlp
+    mlp = coda_spec.op(args.build)  # torch.ops.coda.relu2_mlp_<hash>
     d, f = mlp.chain.manifest.dims["D"], mlp.chain.manifest.dims["F"]
     teacher = {n: t.to(dev) for n, t in init(d, f, seed=0).items()}
     start = init(d, f, seed=1)
