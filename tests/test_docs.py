@@ -377,3 +377,23 @@ def test_every_documented_script_command_parses(monkeypatch):
                 problems.append(f"{where}\n    {why}")
     assert not problems, "\n".join(problems)
     assert {"train_step.py", "llama_h200.py", "example_grads.py", "train_llama.py"} <= seen
+
+
+def test_the_architecture_map_is_the_import_contract():
+    """docs/architecture.md's layer list is import-linter's layers contract (pyproject.toml),
+    line for line: the same modules, the same order, the same siblings on one line."""
+    import tomllib
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    drop = "coda_spec."
+
+    def names(line: str) -> frozenset:
+        return frozenset(n.strip().removeprefix(drop) for n in line.split("|"))
+
+    doc = [names(re.split(r"\s{2,}", ln.strip())[0]) for ln in block.splitlines() if ln.strip()]
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    layers = next(c for c in data["tool"]["importlinter"]["contracts"] if c["type"] == "layers")[
+        "layers"
+    ]
+    assert doc == [names(layer) for layer in layers]
