@@ -389,12 +389,6 @@ def fitted_case(
         sizes = {**sizes, dyn: smaller}
 
 
-def _case_key(run: tuple) -> tuple:
-    """A verify run's case and sizes: the runs that share them share drawn inputs."""
-    _, _, case, sizes = run
-    return case, tuple(sorted(sizes.items()))
-
-
 def _release() -> None:
     gc.collect()
     if torch.cuda.is_available():
@@ -446,10 +440,10 @@ def verify_chain(
         ]
     # run case by case, so a case's variants share its inputs and references (``memo``); the
     # report keeps the rounds' order
-    first: dict = {}
-    for j, r in enumerate(runs):
-        first.setdefault(_case_key(r), j)
-    order = sorted(range(len(runs)), key=lambda j: (first[_case_key(runs[j])], j))
+    groups: dict = {}  # (case, sizes) -> its runs, in the order each first appears
+    for j, (_, _, case, sizes) in enumerate(runs):
+        groups.setdefault((case, tuple(sorted(sizes.items()))), []).append(j)
+    order = [j for js in groups.values() for j in js]
     memo: dict = {}
     got: dict = {}
     for j in order:

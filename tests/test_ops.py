@@ -293,6 +293,16 @@ def test_one_op_per_build_and_two_builds_of_a_spec_side_by_side(build, tmp_path)
     assert all(torch.equal(a[n], b[n]) for n in op.outputs)
 
 
+def test_an_op_name_off_a_directory_not_named_by_its_address(build, tmp_path):
+    """A build directory renamed by hand: the op name takes the manifest's own hash."""
+    import hashlib
+
+    d, _ = rt.make_build(tmp_path, "rmsnorm_chain")
+    d = d.rename(tmp_path / "my_rmsnorm")
+    digest = hashlib.sha256((d / "manifest.json").read_bytes()).hexdigest()[:12]
+    assert ops.op_name(coda_spec.load(d, tuned=False)) == f"rmsnorm_chain_{digest}"
+
+
 def test_a_chain_of_one_output(build):
     """One output: the op's schema returns a Tensor, not a tuple of one."""
     op, checked = build("f2_deferred_norm")
