@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coda_spec.frontend import check_file  # noqa: E402
+from coda_spec.check.frontend import check_file  # noqa: E402
 from coda_spec.grad.cost import section_cost  # noqa: E402
 
 # derived file in specs/grad/ -> (the forward it came from, the hand-written spec or None)

@@ -5,13 +5,13 @@ Stages (Triton-style, each a function from one typed value to the next): the one
 ``--stop-after`` cuts the chain there and every intermediate so far stays in the build
 directory::
 
-    load -> validate -> normalize -> analyze      (coda_spec.frontend; no torch, no quack)
+    load -> validate -> normalize -> analyze      (coda_spec.check.frontend; no torch, no quack)
     lower     kernel.py + lowered.json            (coda_spec.lower; text only)
               kernels/<step>.py                   (host steps and finalizes as Triton kernels)
     compile   one .o per kernel + .compiled.json  (worker processes: coda_spec.lower.quack_adapter)
               kernels/<step>.cubin                (Triton, sm_90a, in this process)
     link      <name>.so                           (gcc, against libcute_dsl_runtime + libtvm_ffi)
-    manifest  manifest.json                       (coda_spec.manifest; marks the build complete)
+    manifest  manifest.json                       (coda_spec.artifact.manifest; marks it complete)
 
 Layout: ``build/<name>-<hash>/`` where the hash covers the spec's content, the config and the
 tool versions; ``build/<name>-latest`` is a symlink to the newest complete build of that spec.
@@ -34,18 +34,24 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from coda_spec import artifact, builddir, stages
+from coda_spec import artifact, stages
+from coda_spec.artifact import builddir
+from coda_spec.artifact.manifest import (
+    compiler_lib_dirs,
+    finalize_data,
+    lowered_exprs,
+    make_manifest,
+)
+from coda_spec.check.frontend import run_stages
 from coda_spec.config import DEFAULT, BuildConfig, config_text, parse_config
 from coda_spec.errors import Diagnostic, SpecError, ToolError
 from coda_spec.finalize import partial_fold
-from coda_spec.frontend import run_stages
 from coda_spec.ir import to_data
 from coda_spec.lower import triton_aot
 from coda_spec.lower.finalize_kernel import finalize_kernel
 from coda_spec.lower.host_kernel import host_kernel
 from coda_spec.lower.module import ACCUMULATE_SUFFIX, accumulating, lower_variants
 from coda_spec.lower.sass import spills
-from coda_spec.manifest import compiler_lib_dirs, finalize_data, lowered_exprs, make_manifest
 from coda_spec.primitives import cache_keys
 from coda_spec.versions import tool_versions
 

@@ -1,7 +1,7 @@
 """The ``coda`` command line.
 
 Commands: ``check`` (validate specs, located errors; ``--math`` adds the fp64 algebra proof of
-``coda_spec.mathcheck``), ``build`` (``coda_spec.build``), ``verify`` (``coda_spec.verify``),
+``coda_spec.prove.mathcheck``), ``build`` (``coda_spec.build``), ``verify`` (``coda_spec.verify``),
 ``bench`` (``coda_spec.bench``), ``tune`` (``coda_spec.tune``), ``schema`` (print the JSON
 Schema), ``primitives`` (list the registry). Every exit status is a row of the one exit-code
 table, ``coda_spec.errors.EXIT_CODES`` (the group's help quotes it); ``--stop-after``'s choices
@@ -27,9 +27,11 @@ from pathlib import Path
 
 import click
 
-from coda_spec import stages, verify_sanitize
-from coda_spec.builddir import prune as prune_builds
-from coda_spec.builddir import resolve
+from coda_spec import stages
+from coda_spec.artifact.builddir import prune as prune_builds
+from coda_spec.check.frontend import check_file
+from coda_spec.check.source import MAX_BYTES, load_source, spec_files
+from coda_spec.check.target import resolve
 from coda_spec.config import parse_configs
 from coda_spec.dims import parse_dims
 from coda_spec.errors import (
@@ -47,14 +49,13 @@ from coda_spec.errors import (
     exit_summary,
     render_text,
 )
-from coda_spec.frontend import check_file
 from coda_spec.grad.command import run_grad
 from coda_spec.lower.dry_run import lowering_refusals
-from coda_spec.mathcheck import coverage_diagnostics, diagnostics, prove
 from coda_spec.primitives import registry
+from coda_spec.prove.mathcheck import coverage_diagnostics, diagnostics, prove
 from coda_spec.schema import schema_json
-from coda_spec.source import MAX_BYTES, load_source, spec_files
 from coda_spec.tune import DEFAULT_MARGIN as TUNE_MARGIN
+from coda_spec.verify import sanitize as memcheck  # the module: the option is `sanitize`
 from coda_spec.versions import stack_versions
 
 
@@ -158,7 +159,7 @@ def main():
 CHECK_HELP = f"""Validate spec files (or folders of them): schema first, then semantics.
 
     Every error is reported as FILE:LINE:COL: error: SPEC_PATH: MESSAGE; HINT. With --math, each
-    valid spec's math is also proven (see coda_spec.mathcheck). {_exits(0, 1, 2, 3)} 1: a file
+    valid spec's math is also proven (see coda_spec.prove.mathcheck). {_exits(0, 1, 2, 3)} 1: a file
     could not be read or torch is missing; 2: a spec is invalid, or a folder holds no spec; 3:
     a spec's math is wrong or unproven.
     """
@@ -471,9 +472,9 @@ def verify(
     targets, builds, seed, dims, small, fmt, junit_path, allow_no_gpu, sanitize, reference_spec
 ):
     _need_torch("coda verify", "on a GPU machine, the CUDA build you already use")
-    from coda_spec import verify as V
-    from coda_spec import verify_report as R
     from coda_spec.runtime import CodaRuntimeError
+    from coda_spec.verify import report as R
+    from coda_spec.verify import run as V
 
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
@@ -500,7 +501,7 @@ def verify(
             status = _worse(status, _report(e, t))
             continue
         if sanitize:
-            san = verify_sanitize.sanitize(directory, seed)
+            san = memcheck.sanitize(directory, seed)
             rep = R.with_replaced(rep, extra={**rep.extra, "sanitizer": san})
             if san["result"] == "unclean":
                 status = _worse(status, EXIT_MISMATCH)

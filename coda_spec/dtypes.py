@@ -27,7 +27,8 @@ for e5m2; ``DType.max_finite``) become it with their sign, NaN stays NaN.
 * Triton 3.9's GPU conversion is the same ``cvt.rn.satfinite`` (its libtriton carries those
   strings), but its interpreter (``TRITON_INTERPRET=1``, the CPU tests) converts out-of-range
   values to NaN/inf and mis-rounds a mantissa carry (500 -> 256 in e5m2). So host kernels round
-  in fp32 arithmetic first (``coda_spec.host_api.HostCtx.cast``: clamp, then the fp32 adder's
+  in fp32 arithmetic first (``coda_spec.primitives.host_api.HostCtx.cast``: clamp, then the fp32
+  adder's
   round-to-nearest-even at the fp8 spacing, sign kept), and the final ``.to`` converts an exactly
   representable value: bit for bit :func:`round_to` on the GPU and under the interpreter.
 * :func:`round_to` clamps, then converts with torch (round to nearest even); clamping first

@@ -1,8 +1,8 @@
 """The one rule for the Python identifiers generated code gives spec names.
 
 Three writers of generated text name things after the spec: the GEMM epilogue lowering
-(``coda_spec.lower_api.LowerCtx.ident``), the host-step lowering
-(``coda_spec.host_api.HostCtx.ident``) and the finalize kernels (their entry points,
+(``coda_spec.primitives.lower_api.LowerCtx.ident``), the host-step lowering
+(``coda_spec.primitives.host_api.HostCtx.ident``) and the finalize kernels (their entry points,
 ``coda_spec.lower.finalize_kernel``). Each calls :func:`ident` with what its own module defines.
 
 The rule: characters outside ``[A-Za-z0-9_]`` (Unicode word characters stay) become ``_`` and a

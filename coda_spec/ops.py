@@ -27,7 +27,8 @@ docs/training.md is the user's guide. The contract, as torch.library intends it:
   that no backward output is the gradient of (``pos``, ``target``) get ``None``. Incoming
   gradients are made contiguous (``.sum().backward()`` hands a zero-stride one) and copied
   when a backward kernel accumulates into them (``add_to``).
-* **A CPU implementation of both ops**: the reference interpreter (``coda_spec.reference``) at the
+* **A CPU implementation of both ops**: the reference interpreter (``coda_spec.prove.reference``)
+  at the
   declared dtypes (its ``kernel`` precision, the kernels' pipeline: each GEMM's fp32 accumulator
   into fp32 epilogue math, rounding at every stored tensor), or
   in fp64 (fp32) when every floating input is fp64 (``torch.autograd.gradcheck``) or fp32 (a
@@ -177,7 +178,7 @@ def resized(chain: Chain, dims: dict, built=None) -> Chain:
         f"build a copy of the spec ({built.source.file}) whose dims are "
         f"{{{', '.join(f'{k}: {v}' for k, v in want.items())}}} with coda build"
     )
-    from coda_spec.frontend import with_dims  # re-sizing re-analyses the spec: the front end
+    from coda_spec.check.frontend import with_dims  # re-sizing re-analyses the spec: the front end
 
     try:
         case = with_dims(built, dims)
@@ -197,7 +198,7 @@ def resized_manifest(chain, case, built=None):
     compiled in changes there (``suits.baked_change``; ``built``: the build's checked spec,
     None: the chain's) or its fallback config is refused there; a variant a primitive refuses
     there is left out (``coda_spec.runtime.plan.resized_manifest``)."""
-    from coda_spec import suits  # the primitives' sizes: the primitive registry
+    from coda_spec.check import suits  # the primitives' sizes: the primitive registry
 
     name = case.spec.name
     want = case.spec.dim_sizes()
@@ -694,7 +695,7 @@ def _writes_grad(leaf: torch.Tensor) -> bool:
 def _reference():
     """The reference interpreter, the ops' CPU implementation: loaded on the first CPU call
     (with the primitive registry), never by ``import coda_spec.ops``."""
-    from coda_spec import reference
+    from coda_spec.prove import reference
 
     return reference
 

@@ -4,7 +4,7 @@ Layer map
 ---------
 Pure data; imports nothing of coda's. Its readers:
 
-* ``coda_spec.frontend.run_stages`` runs the check stages (``load`` .. ``analyze``) in this
+* ``coda_spec.check.frontend.run_stages`` runs the check stages (``load`` .. ``analyze``) in this
   order, one function per row, and stops after the one asked for;
 * ``coda_spec.build`` runs the rest (``lower`` .. ``manifest``), stops where ``--stop-after``
   says and prints which stage it stopped after;
@@ -36,14 +36,14 @@ class Stage:
 
 
 STAGES = (
-    Stage("load", "YAML with source positions", (), "coda_spec.source"),
-    Stage("validate", "JSON Schema conformance, every error", (), "coda_spec.validate"),
-    Stage("normalize", "the frozen IR", (), "coda_spec.normalize"),
+    Stage("load", "YAML with source positions", (), "coda_spec.check.source"),
+    Stage("validate", "JSON Schema conformance, every error", (), "coda_spec.check.validate"),
+    Stage("normalize", "the frozen IR", (), "coda_spec.check.normalize"),
     Stage(
         "analyze",
         "shapes, dtypes, pairing modes and partial buffers, or every semantic error",
         (),
-        "coda_spec.analyze",
+        "coda_spec.check.analyze",
     ),
     Stage(
         "lower",
@@ -73,7 +73,7 @@ STAGES = (
     ),
 )
 NAMES = tuple(s.name for s in STAGES)
-LAST_CHECK = "analyze"  # the last stage of coda_spec.frontend; nothing is written up to it
+LAST_CHECK = "analyze"  # the last stage of coda_spec.check.frontend; nothing is written up to it
 
 
 def stage(name: str) -> Stage:

@@ -82,6 +82,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coda_spec.artifact.tune_table import DEFAULT_DIR, FORMAT, check_margin, read_file, validate
 from coda_spec.bench.command import (
     build_dirs,
     check_ruler,
@@ -94,7 +95,6 @@ from coda_spec.bench.timing import ISOLATED, SUSTAINED, CudaClock, NullSampler, 
 from coda_spec.config import config_text
 from coda_spec.dims import dynamic_dim
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
-from coda_spec.tune_table import DEFAULT_DIR, FORMAT, check_margin, read_file, validate
 
 DEFAULT_MARGIN = 0.03  # a variant must beat the fallback's median by 3% (pick_winner)
 DEFAULT_ROUNDS = 30  # coda tune --isolated's --rounds (the sustained ruler's: 3)

@@ -1,7 +1,7 @@
 """The versions of coda and of the tools a build depends on (``tool_versions``).
 
 A neutral module: the build hashes them into the content address (``coda_spec.build``) and the
-manifest writer records them (``coda_spec.manifest``). It imports nothing of coda's, so the
+manifest writer records them (``coda_spec.artifact.manifest``). It imports nothing of coda's, so the
 artifact format and the runtime side never load the lowering to know them.
 
 It is also the one home of the banner every generated file opens with (:func:`generated_banner`:

@@ -1,6 +1,7 @@
 """Helpers for the reference-algebra tests (also runnable: python tests/algebra.py SPEC...).
 
-``small``/``sizes_of`` live in ``coda_spec.mathcheck`` (``coda check --math`` uses them): static
+``small``/``sizes_of`` live in ``coda_spec.prove.mathcheck`` (``coda check --math`` uses them):
+static
 dims shrink (d -> max(d // 16, min(d, 64))) so fp64 CPU runs are fast, and the shape rules are
 re-checked at the small sizes. ``mutation_report`` applies every sibling
 mutant and every perturbation and lists the survivors (there must be none).
@@ -10,17 +11,17 @@ from __future__ import annotations
 
 import sys
 
-from coda_spec.analyze import analyze
-from coda_spec.equivalence import (
+from coda_spec.check.analyze import analyze
+from coda_spec.check.frontend import Checked, check_file
+from coda_spec.errors import SpecError
+from coda_spec.prove.equivalence import (
     check_backward,
     check_equivalence,
     draw,
     mutants,
     perturbation_sites,
 )
-from coda_spec.errors import SpecError
-from coda_spec.frontend import Checked, check_file
-from coda_spec.mathcheck import sizes_of, small
+from coda_spec.prove.mathcheck import sizes_of, small
 
 __all__ = ["all_checks", "mutation_report", "sizes_of", "small"]
 

@@ -26,7 +26,8 @@ The oracle for invalid specs
 :func:`check_oracle` is the one place tests judge what ``coda check`` says about a spec (the
 error-message suite tests/test_bad_specs.py, the hostile inputs of tests/test_robustness.py,
 the fuzzer tests/test_fuzz.py). It runs the spec through the library's check stages
-(``coda_spec.frontend.CHECK_STAGES``) and, unless told not to, through ``coda check`` in-process
+(``coda_spec.check.frontend.CHECK_STAGES``) and, unless told not to, through ``coda check``
+in-process
 (text and JSON), and asserts what must hold for EVERY input: no crash (a SpecError or ToolError
 only), every diagnostic located inside the file, the CLI's exit code agreeing with the library's
 verdict, no traceback printed, and the CLI's diagnostics being exactly the library's. Given an
@@ -50,6 +51,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from coda_spec.check.frontend import CHECK_STAGES
+from coda_spec.check.source import decode_bytes, load_source, parse_text
 from coda_spec.cli import main
 from coda_spec.errors import (
     EXIT_INVALID_SPEC,
@@ -59,8 +62,6 @@ from coda_spec.errors import (
     SpecError,
     ToolError,
 )
-from coda_spec.frontend import CHECK_STAGES
-from coda_spec.source import decode_bytes, load_source, parse_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -149,7 +150,7 @@ def at_root(monkeypatch):
 
 def checked_text(text: str, file: str = "inline.yaml"):
     """Every check stage on an inline spec ``text`` attributed to ``file``; a ``Checked``."""
-    from coda_spec.frontend import check_source
+    from coda_spec.check.frontend import check_source
 
     return check_source(parse_text(file, text))
 

@@ -17,7 +17,7 @@ from coda_spec.artifact import PARTIAL_ROLES
 from coda_spec.dims import evaluator
 from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.finalize import EMPTY_FOLD, mean_of
-from coda_spec.reference import PRECISIONS, _run_step
+from coda_spec.prove.reference import PRECISIONS, _run_step
 from coda_spec.runtime import chain as runtime_chain
 from coda_spec.runtime.checks import canonical
 

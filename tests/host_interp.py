@@ -16,7 +16,7 @@ Inputs are drawn as ``coda verify`` draws them; the whole chain runs in the refe
 interpreter (fp32, with random incoming gradients for a backward step) to give every tensor the
 step reads. The step then runs twice on those tensors, rounded to their declared dtypes: as the
 generated kernel (grid (M,), outputs pre-filled with NaN so unwritten elements show) and as the
-reference (``coda_spec.reference``, fp32), with the finalizes the kernel folds. OUT.pt holds
+reference (``coda_spec.prove.reference``, fp32), with the finalizes the kernel folds. OUT.pt holds
 ``{"kernel": {...}, "reference": {...}, "dtypes": {...}}`` for every tensor the kernel writes.
 """
 
@@ -31,8 +31,8 @@ from pathlib import Path
 def _case_inputs(checked, case, sizes):
     import torch
 
-    from coda_spec.inputs import make_inputs
-    from coda_spec.reference import TORCH_DTYPES
+    from coda_spec.prove.inputs import make_inputs
+    from coda_spec.prove.reference import TORCH_DTYPES
 
     low, _ = make_inputs(checked.spec, sizes, seed=case.get("seed", 0))
     for name, rows in case.get("force", {}).items():
@@ -102,11 +102,11 @@ def _one(case: dict, source: Path) -> dict:
     import torch
 
     from coda_spec.artifact import Arg, eval_shape
+    from coda_spec.check.frontend import check_file, with_dims
     from coda_spec.finalize import partial_fold
-    from coda_spec.frontend import check_file, with_dims
     from coda_spec.lower.host_kernel import host_kernel
     from coda_spec.lower.triton_aot import _import_source
-    from coda_spec.reference import PRECISIONS, TORCH_DTYPES, _run_step, run
+    from coda_spec.prove.reference import PRECISIONS, TORCH_DTYPES, _run_step, run
     from coda_spec.runtime.launch import launch_grid, launch_values
 
     checked = check_file(case["spec"])

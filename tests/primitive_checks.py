@@ -4,10 +4,10 @@ chained primitive's contract: its kernel reads as its constituents' lines)."""
 
 from __future__ import annotations
 
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig
-from coda_spec.frontend import check_source
 from coda_spec.lower.module import lower_spec
-from coda_spec.source import parse_text
 
 # One kernel over acc = h @ w^T (M x F) with a loaded tile z, its items, then: ``plain``, a store
 # of the result; ``acc_pair`` (w is 2F rows), SwiGLU of the result, which pairs the kernel.

@@ -31,7 +31,7 @@ CASES = sorted(p.stem for p in BAD.glob("*.yaml"))
 # case -> [(line, col, fragment of "message; hint"), ...], in the order coda reports them;
 # a fragment starting with "note: " pins a note.
 EXPECT: dict[str, list[tuple[int, int, str]]] = {
-    # -- loader (coda_spec.source) ---------------------------------------------------------------
+    # -- loader (coda_spec.check.source) -----------------------------------------------------------
     "load_anchor": [(6, 8, "YAML anchors ('&name'/'*name') are not supported")],
     "load_complex_key": [(6, 3, "mapping keys must be plain names")],
     "load_duplicate_key": [(9, 3, "duplicate key 'x'; first defined at line 8, column 3")],
@@ -42,7 +42,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "load_two_documents": [(14, 1, "exactly one YAML document")],
     "load_yaml_syntax": [(12, 13, "is the '{' at line 11, column 11 closed?")],
     "load_yaml_tag": [(6, 16, "YAML tag '!!python/tuple' is not supported")],
-    # -- schema (coda_spec.validate) -------------------------------------------------------------
+    # -- schema (coda_spec.check.validate) ---------------------------------------------------------
     "schema_as_list_length": [(14, 34, "expected exactly 2 items, got 3")],
     "schema_bad_dim_value": [(4, 11, "'dynamc' is not allowed here; did you mean 'dynamic'?")],
     "schema_bad_dtype": [(7, 31, "fp8_e4m3, fp8_e5m2; did you mean 'bf16'?")],
@@ -84,7 +84,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "schema_derive_indent": [
         (15, 3, "tensors.derive: 'derive' is at the level of tensor names"),
     ],
-    # -- names and order (coda_spec.analyze / analyze_steps) -------------------------------------
+    # -- names and order (coda_spec.check.analyze / analyze_steps) ---------------------------------
     "sem_duplicate_writer": [(17, 26, "'h' is already written by step 'proj_a' (line 10)")],
     "sem_link_cycle": [(9, 5, "link cycle: step_a -> step_b -> step_a (through 'b_out')")],
     "sem_read_before_write": [

@@ -36,10 +36,10 @@ from benchmarks.baselines.eager import EAGER
 from benchmarks.baselines.liger import LIGER, halves_index, rotate_half_index
 from coda_spec.bench import baselines as B
 from coda_spec.bench.baselines import FALLBACK, eager, liger
-from coda_spec.frontend import check_file
-from coda_spec.inputs import make_grads, make_inputs
-from coda_spec.mathcheck import sizes_of, small
-from coda_spec.reference import TORCH_DTYPES, run
+from coda_spec.check.frontend import check_file
+from coda_spec.prove.inputs import make_grads, make_inputs
+from coda_spec.prove.mathcheck import sizes_of, small
+from coda_spec.prove.reference import TORCH_DTYPES, run
 from tests.conftest import ROOT, SPECS
 
 IDS = [p.stem for p in SPECS]

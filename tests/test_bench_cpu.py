@@ -28,7 +28,7 @@ from coda_spec.bench import driver as D
 from coda_spec.bench import model as Mo
 from coda_spec.bench import roofline as R
 from coda_spec.bench import timing as T
-from coda_spec.frontend import check_file
+from coda_spec.check.frontend import check_file
 from tests.conftest import ROOT
 from tests.emulate import emulate
 from tests.test_runtime_cpu import make_build
@@ -138,7 +138,7 @@ def test_rounds_must_be_positive():
 def small_manifests():
     out = {}
     for name, dims in (("rmsnorm_chain", {"D": 256, "F": 512}), ("b3_rope_bwd", {"D": 256})):
-        from coda_spec.frontend import with_dims
+        from coda_spec.check.frontend import with_dims
 
         checked = with_dims(check_file(ROOT / "specs" / f"{name}.yaml"), dims)
         out[name] = artifact.Manifest.from_data(fake_manifest(checked))

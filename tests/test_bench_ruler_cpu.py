@@ -30,7 +30,7 @@ from click.testing import CliRunner
 
 from coda_spec import cli, runtime
 from coda_spec import tune as TU
-from coda_spec import tune_table as TT
+from coda_spec.artifact import tune_table as TT
 from coda_spec.bench import driver as D
 from coda_spec.bench import model as Mo
 from coda_spec.bench import report as Rp

@@ -23,11 +23,11 @@ import time
 import pytest
 
 from coda_spec import artifact
+from coda_spec.artifact.builddir import prune
 from coda_spec.build import BuildOptions, build_spec
-from coda_spec.builddir import prune
+from coda_spec.check.frontend import check_file
 from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import accumulating, kernel_steps, lower_spec
 from tests.conftest import ROOT, SPECS, needs_build
 from tests.cubin import arch_of, cubins, nvdisasm_path, opcodes

@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from coda_spec.build import BuildOptions, build_spec
+from coda_spec.check.frontend import check_file
 from coda_spec.errors import EXIT_INVALID_SPEC
-from coda_spec.frontend import check_file
 from tests.conftest import ROOT
 
 

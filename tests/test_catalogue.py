@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from coda_spec.frontend import check_file
+from coda_spec.check.frontend import check_file
 from coda_spec.ir import to_data
 from tests.algebra import all_checks, mutation_report, sizes_of, small
 from tests.conftest import ROOT, SPECS, assert_golden

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from coda_spec.check.frontend import check_file, check_source
+from coda_spec.check.source import parse_text
 from coda_spec.errors import SpecError, ToolError
-from coda_spec.frontend import check_file, check_source
 from coda_spec.grad.command import run_grad
 from coda_spec.lower.dry_run import lowering_refusals
-from coda_spec.source import parse_text
 from tests.conftest import ROOT, coda_check
 
 pytestmark = pytest.mark.usefixtures("at_root")

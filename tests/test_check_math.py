@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from coda_spec import cli
+from coda_spec.check.frontend import check_file
 from coda_spec.errors import EXIT_MISMATCH, EXIT_OK, EXIT_TOOL_FAILURE
-from coda_spec.frontend import check_file
-from coda_spec.mathcheck import diagnostics, prove, small
+from coda_spec.prove.mathcheck import diagnostics, prove, small
 from tests.conftest import ROOT, checked_text, coda_check
 
 MATH = ROOT / "tests" / "math_specs"
@@ -257,7 +257,7 @@ def test_rounding_functions_round_to_nearest_even_and_saturate_fp8():
     import torch
 
     from coda_spec.expr import parse
-    from coda_spec.expr_eval import evaluate
+    from coda_spec.expr.evaluate import evaluate
 
     x = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 1e9, -1e9, 1.0625], dtype=torch.float64)
     prog = parse("b = bf16(x)\nh = fp16(x)\ne4 = fp8_e4m3(x)\ne5 = fp8_e5m2(x)")
@@ -274,7 +274,7 @@ def test_rounding_has_a_straight_through_gradient():
     import torch
 
     from coda_spec.expr import parse
-    from coda_spec.expr_eval import evaluate
+    from coda_spec.expr.evaluate import evaluate
 
     x = torch.tensor([0.3, -1.7, 2.9], dtype=torch.float64)
     dy = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)

@@ -133,7 +133,7 @@ def test_ctrl_c_during_compile_exits_130_and_leaves_no_build(tmp_path):
 def _fake_build(out: Path, spec: Path) -> Path:
     """``out/<name>-<hash>`` with a manifest as coda build writes it (nothing compiled), and
     ``out/<name>-latest`` pointing at it."""
-    from coda_spec.frontend import check_file
+    from coda_spec.check.frontend import check_file
     from tests.test_verify_cpu import fake_manifest
 
     checked = check_file(spec)
@@ -376,7 +376,7 @@ def test_force_replaces_a_complete_build(tmp_path, force):
     """``coda build --force`` publishes the build it made; without it, a complete build of the
     same content already there (a concurrent one) is kept. (--force used to build and then throw
     its result away, keeping the old directory.)"""
-    from coda_spec import builddir
+    from coda_spec.artifact import builddir
 
     final, tmp = tmp_path / "f2-0123456789ab", tmp_path / "f2.tmp-1"
     for d, text in ((final, "old"), (tmp, "new")):

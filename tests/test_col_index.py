@@ -59,7 +59,7 @@ def _kernel(text: str = SPEC):
 def test_reference_is_the_column_index():
     torch = pytest.importorskip("torch")
     from coda_spec.primitives import registry
-    from coda_spec.reference import PRECISIONS, RefCtx
+    from coda_spec.prove.reference import PRECISIONS, RefCtx
 
     rt = RefCtx(PRECISIONS["fp64"], {}, None, width=5, rows=3)
     (j,) = registry()["col_index"].reference(rt, None, {"col_index": torch.zeros(3, 5)}, {})
@@ -177,7 +177,7 @@ def test_host_text_is_each_lanes_column(at_root):
     """Two lanes per slot (the step's slots are column pairs): columns 2 slot and 2 slot + 1;
     tests/test_host_kernel.py runs the kernel under Triton's interpreter against the
     reference."""
-    from coda_spec.frontend import check_file
+    from coda_spec.check.frontend import check_file
     from coda_spec.lower.host_kernel import host_kernel
 
     src = host_kernel(check_file(HOST.relative_to(ROOT)), "cols").source

@@ -1,4 +1,4 @@
-"""The proof's coverage (``coda_spec.coverage``): ``coda check --math`` warns, located at the
+"""The proof's coverage (``coda_spec.prove.coverage``): ``coda check --math`` warns, located at the
 item, when the generated inputs never exercise it (issue 22, item 7).
 
 ``tests/math_specs/clamp_never_saturates.yaml`` is the issue's case: a clamp whose operand never
@@ -87,7 +87,7 @@ equivalent_to: |
 
 
 def _gaps(items: list[str], math: str) -> dict:
-    from coda_spec.mathcheck import coverage_diagnostics, prove
+    from coda_spec.prove.mathcheck import coverage_diagnostics, prove
 
     body = "\n".join(f"      - {i}" for i in items)
     checked = checked_text(_CHAIN.format(items=body, math=math))
@@ -162,14 +162,14 @@ def _op(prim, arg, **params):
     ],
 )
 def test_one_sided_branches_are_counted_exactly(op, x, want):
-    from coda_spec.coverage import _missed
+    from coda_spec.prove.coverage import _missed
 
     got = _missed(op, torch.tensor(x, dtype=torch.float64))
     assert (got is None) if want is None else (want in got[0]), got
 
 
 def test_max_min_one_side_always_wins():
-    from coda_spec.coverage import _missed
+    from coda_spec.prove.coverage import _missed
 
     a = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     assert "max always yields 'a'" in _missed(_op("max", ["a", 0.0]), [a, 0.0])[0]
@@ -184,9 +184,9 @@ def test_a_range_that_covers_its_tile_at_the_proofs_dims_is_a_gap():
     """Issue 31: at F = 2048, n18's cols: [0, 2048] covers the whole tile, so a proof there
     never runs the pass-through half. The rule locates it at the item; the proof's own dims
     (mathcheck.small) keep the range inside the tile."""
-    from coda_spec.coverage import range_relations, uncut_ranges
-    from coda_spec.frontend import check_file, with_dims
-    from coda_spec.mathcheck import small
+    from coda_spec.check.frontend import check_file, with_dims
+    from coda_spec.prove.coverage import range_relations, uncut_ranges
+    from coda_spec.prove.mathcheck import small
 
     checked = check_file(RANGED)
     shrunk = with_dims(checked, {"D": 512, "F": 2048})  # the first dims the shape rules allow
@@ -203,8 +203,8 @@ def test_a_range_that_covers_its_tile_at_the_proofs_dims_is_a_gap():
 
 def test_the_proof_warns_at_a_range_its_dims_do_not_cut(monkeypatch):
     """The rule in the proof itself: dims chosen any other way than small()'s are reported."""
-    from coda_spec import mathcheck
-    from coda_spec.frontend import check_file, with_dims
+    from coda_spec.check.frontend import check_file, with_dims
+    from coda_spec.prove import mathcheck
 
     checked = check_file(RANGED)
     monkeypatch.setattr(mathcheck, "small", lambda c: with_dims(c, {"D": 512, "F": 2048}))

@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 
 from coda_spec.artifact import eval_shape
+from coda_spec.artifact.manifest import finalize_data
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig, parse_config
-from coda_spec.frontend import check_source
 from coda_spec.lower.finalize_kernel import FOLD_OPS, finalize_kernel
 from coda_spec.lower.module import lower_spec
-from coda_spec.manifest import finalize_data
-from coda_spec.source import parse_text
 from tests.conftest import ROOT, SPECS, needs_triton
 
 SPEC_FILE = "specs/synthetic.yaml"

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
+from coda_spec.artifact.manifest import finalize_data
+from coda_spec.check.frontend import check_file
 from coda_spec.config import BuildConfig
 from coda_spec.errors import EXIT_OK, SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.finalize_kernel import finalize_kernel
 from coda_spec.lower.module import lower_spec
-from coda_spec.manifest import finalize_data
 from tests.conftest import ROOT, checked_text, invoke
 
 AMAX = ROOT / "tests" / "specs_extra" / "fp8_out_amax.yaml"

@@ -16,14 +16,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
 from coda_spec.errors import SpecError
 from coda_spec.finalize import EMPTY_FOLD, FOLD_OPS, OPS, REDUCTIONS, TABLE, fold
-from coda_spec.frontend import check_source
 from coda_spec.lower.finalize_kernel import finalize_kernel
 from coda_spec.lower.host_kernel import host_kernel
 from coda_spec.primitives._reduce import combine
 from coda_spec.schema import structure_defs
-from coda_spec.source import parse_text
 from tests.conftest import ROOT
 
 EPS = 1e-6

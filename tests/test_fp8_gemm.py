@@ -16,11 +16,11 @@ import json
 
 import pytest
 
+from coda_spec.check.frontend import check_file
+from coda_spec.check.suits import FP8_ACC_PER_THREAD, gemm_refusal
 from coda_spec.config import DEFAULT, BuildConfig, KernelSizes, parse_config
 from coda_spec.errors import EXIT_OK, SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_spec
-from coda_spec.suits import FP8_ACC_PER_THREAD, gemm_refusal
 from tests.conftest import ROOT, checked_text, invoke, needs_build
 
 SPEC = ROOT / "tests" / "specs_extra" / "fp8_gemm.yaml"
@@ -65,7 +65,7 @@ def test_fp8_operands_are_typed_and_the_store_defaults_to_bf16():
 def test_fp8_inputs_are_drawn_in_their_format():
     torch = pytest.importorskip("torch")
     from coda_spec.dtypes import round_to
-    from coda_spec.inputs import make_inputs
+    from coda_spec.prove.inputs import make_inputs
 
     checked = check_file(SPEC)
     sizes = {"M": 64, "K": 256, "N": 512}
@@ -86,8 +86,8 @@ def test_fp8_inputs_are_drawn_in_their_format():
 
 def test_lowp_reference_upcasts_fp8_and_rounds_the_product_to_bf16():
     torch = pytest.importorskip("torch")
-    from coda_spec.inputs import make_inputs
-    from coda_spec.reference import run
+    from coda_spec.prove.inputs import make_inputs
+    from coda_spec.prove.reference import run
 
     checked = check_file(SPEC)
     sizes = {"M": 32, "K": 256, "N": 512}

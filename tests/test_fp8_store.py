@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.config import BuildConfig
 from coda_spec.errors import EXIT_OK, SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.host_kernel import host_kernel
 from coda_spec.lower.module import lower_spec
 from tests.conftest import ROOT, checked_text, invoke, needs_triton

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.config import DEFAULT, parse_configs
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_variants
 from tests.algebra import all_checks, sizes_of, small
 from tests.conftest import ROOT

@@ -38,9 +38,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coda_spec.frontend import CHECK_STAGES
+from coda_spec.check.frontend import CHECK_STAGES
+from coda_spec.check.source import load_source
 from coda_spec.primitives import registry
-from coda_spec.source import load_source
 from tests.conftest import SPECS, check_oracle
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -621,7 +621,7 @@ def test_audit_fuzz_check_math_never_exits_1(tmp_path, monkeypatch):
 
     from coda_spec import cli
     from coda_spec.errors import EXIT_TOOL_FAILURE
-    from coda_spec.mathcheck import prove
+    from coda_spec.prove.mathcheck import prove
     from tests.conftest import coda_check
 
     monkeypatch.setattr(cli, "prove", partial(prove, coverage=False))

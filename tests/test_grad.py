@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from coda_spec.frontend import check_source
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import load_source, parse_text
 from coda_spec.grad import derive_text
 from coda_spec.grad.command import run_grad
 from coda_spec.grad.text import without_backward
-from coda_spec.mathcheck import prove
-from coda_spec.source import load_source, parse_text
+from coda_spec.prove.mathcheck import prove
 from tests.conftest import ROOT
 
 # (forward spec, --save policy) of each committed derivation in specs/grad/
@@ -252,9 +252,9 @@ RANGED = ROOT / "tests" / "math_specs" / "relu2_mlp_ranged.yaml"
 def _at_own_width(text: str):
     """Every backward output of ``text`` against autograd at the spec's own F = 4096 (the width
     the range cuts; D shrunk to keep it cheap), whatever dims the proof picks."""
-    from coda_spec.equivalence import check_backward
-    from coda_spec.frontend import with_dims
-    from coda_spec.mathcheck import sizes_of
+    from coda_spec.check.frontend import with_dims
+    from coda_spec.prove.equivalence import check_backward
+    from coda_spec.prove.mathcheck import sizes_of
 
     checked = with_dims(check_source(parse_text("derived.yaml", text)), {"D": 64})
     assert checked.spec.dim_sizes()["F"] == 4096

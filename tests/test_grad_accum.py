@@ -16,13 +16,13 @@ import torch
 import coda_spec
 from coda_spec import ops
 from coda_spec.build import lowered_json
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig
-from coda_spec.frontend import check_source
-from coda_spec.inputs import make_grads
 from coda_spec.lower.module import ACCUMULATE_SUFFIX, accumulating, lower_spec
 from coda_spec.lower.quack_adapter import compile_jobs
+from coda_spec.prove.inputs import make_grads
 from coda_spec.runtime import CodaRuntimeError, checks, launch
-from coda_spec.source import parse_text
 from tests import test_runtime_cpu as rt
 from tests.emulate import emulate_compiled
 

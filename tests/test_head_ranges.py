@@ -110,7 +110,7 @@ def test_rope_half_needs_head_dim():
 def test_rotate_half_reference_matches_transformers_formula():
     """The reference's rotate-half RoPE against Hugging Face's ``apply_rotary_pos_emb`` written
     out (``x * cos + rotate_half(x) * sin``, cos/sin of ``cat(freqs, freqs)``)."""
-    from coda_spec.expr_eval import FUNCS
+    from coda_spec.expr.evaluate import FUNCS
     from coda_spec.primitives._pairs import rotate
 
     class Rt:

@@ -20,8 +20,8 @@ import sys
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.host_kernel import HostKernelError, host_kernel
 from tests.conftest import ROOT, SPECS, assert_golden, checked_text, coda_check, needs_triton
 

@@ -1,4 +1,5 @@
-"""The lowering APIs' layering (``coda_spec/lower_api.py``, ``coda_spec/host_api.py``) and
+"""The lowering APIs' layering (``coda_spec/primitives/lower_api.py``,
+``coda_spec/primitives/host_api.py``) and
 their resource methods.
 
 Import contract (one way): ``lower.module`` / ``lower.emit`` / ``lower.host_kernel`` ->
@@ -17,14 +18,14 @@ import subprocess
 
 import pytest
 
-from coda_spec import lower_api as api
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig
 from coda_spec.errors import ItemError, SpecError
-from coda_spec.frontend import check_source
 from coda_spec.lower.host_kernel import HostKernelError, host_kernel
 from coda_spec.lower.module import lower_spec
+from coda_spec.primitives import lower_api as api
 from coda_spec.primitives import registry
-from coda_spec.source import parse_text
 from tests.conftest import ROOT
 
 PKG = ROOT / "coda_spec"
@@ -56,7 +57,7 @@ def test_primitives_import_the_apis_never_the_walk():
         assert not bad, f"{_module(path)} imports {sorted(bad)}: primitives lower through the APIs"
 
 
-@pytest.mark.parametrize("api_file", ["lower_api.py", "host_api.py"])
+@pytest.mark.parametrize("api_file", ["primitives/lower_api.py", "primitives/host_api.py"])
 def test_the_apis_import_neither_primitives_nor_the_walk_nor_a_compiler(api_file):
     mods = _imports(PKG / api_file)
     for forbidden in (
@@ -94,8 +95,11 @@ def test_a_host_refusal_quotes_the_primitives_reason():
 
 
 def test_emit_reaches_primitives_only_through_the_registry_it_is_given():
+    """emit imports the lowering contract it assembles against, and no primitive."""
     mods = _imports(PKG / "lower" / "emit.py")
-    assert not any(_under(m, "coda_spec.primitives") for m in mods), mods
+    api = "coda_spec.primitives.lower_api"
+    assert any(_under(m, api) for m in mods), mods
+    assert not any(_under(m, "coda_spec.primitives") and not _under(m, api) for m in mods), mods
     assert not any(_under(m, "coda_spec.lower.module") for m in mods), mods
 
 
@@ -120,8 +124,9 @@ def test_import_contract_holds():
 @pytest.mark.parametrize(
     "module, probe",
     [
-        ("artifact", "from coda_spec.lower import module"),  # the deploy side into the lowering
-        ("host_api", "from coda_spec.primitives import registry"),  # an API up to the primitives
+        ("artifact.builddir", "from coda_spec.lower import module"),  # deploy side to lowering
+        ("primitives.host_api", "from coda_spec.primitives.base import Primitive"),  # API upward
+        ("check.source", "from coda_spec.check import analyze"),  # a stage to a later stage
     ],
 )
 def test_import_contract_fails_on_a_hidden_upward_import(tmp_path, module, probe):
@@ -130,7 +135,7 @@ def test_import_contract_fails_on_a_hidden_upward_import(tmp_path, module, probe
     copy = tmp_path / "repo"
     shutil.copytree(PKG, copy / "coda_spec", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    path = copy / "coda_spec" / f"{module}.py"
+    path = copy / "coda_spec" / f"{module.replace('.', '/')}.py"
     path.write_text(path.read_text() + f"\n\ndef _probe():\n    {probe}\n")
     res = _lint_imports(copy)
     assert res.returncode != 0

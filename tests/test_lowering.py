@@ -16,13 +16,13 @@ from types import MappingProxyType
 
 import pytest
 
+from coda_spec.check.frontend import check_file, check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import DEFAULT, BuildConfig, parse_config
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_file, check_source
 from coda_spec.lower.emit import lower_kernel
 from coda_spec.lower.module import kernel_steps, lower_spec
 from coda_spec.primitives import registry
-from coda_spec.source import parse_text
 from tests.conftest import ROOT, SPECS, assert_golden
 from tests.test_onehot import spec_text
 
@@ -185,7 +185,7 @@ def _host_only(prims) -> MappingProxyType:
 
 
 def test_a_host_only_primitive_in_a_kernel_is_refused_by_check_at_its_line(monkeypatch):
-    from coda_spec import analyze
+    from coda_spec.check import analyze
 
     monkeypatch.setattr(analyze, "registry", lambda: _host_only(registry()))
     with pytest.raises(SpecError) as e:
@@ -246,7 +246,7 @@ def test_check_and_build_refuse_alike(case, tmp_path, monkeypatch):
     """``coda check`` refuses what ``coda build --stop-after lower`` refuses, with the same
     diagnostic; with analyze's refusals switched off, the lowering's own refusal is that
     diagnostic too (so the two cannot drift apart)."""
-    from coda_spec import analyze, analyze_steps
+    from coda_spec.check import analyze, steps
     from tests.conftest import coda_check, invoke
 
     (tmp_path / "refused.yaml").write_text(_refused_text(case))
@@ -256,7 +256,7 @@ def test_check_and_build_refuse_alike(case, tmp_path, monkeypatch):
     assert check.exit_code == build.exit_code == 2, check.output + build.output
     [head] = [ln for ln in check.body.splitlines() if ": error: " in ln]
     assert "cannot lower" in head and head in build.output
-    monkeypatch.setattr(analyze_steps, "epilogue_refusals", lambda *a: None)
+    monkeypatch.setattr(steps, "epilogue_refusals", lambda *a: None)
     monkeypatch.setattr(analyze, "_fallback_refusals", lambda *a: None)  # the config's, too
     checked = check_source(parse_text("refused.yaml", _refused_text(case)))  # now "valid"
     with pytest.raises(SpecError) as e:
@@ -268,13 +268,13 @@ def test_check_and_build_refuse_alike(case, tmp_path, monkeypatch):
 @pytest.mark.parametrize("case", ["add_to_not_first_store", "acc_pair_two_full_stores"])
 def test_a_store_the_lowering_refuses_is_refused_by_check_alike(case, monkeypatch):
     """A full-width store after D: ``coda check`` (analyze) and the lowering give one message."""
-    from coda_spec import analyze_steps
+    from coda_spec.check import steps
 
     path = ROOT / "tests" / "bad_specs" / f"{case}.yaml"
     with pytest.raises(SpecError) as checked:
         check_file(path)
     [want] = checked.value.diagnostics
-    monkeypatch.setattr(analyze_steps, "epilogue_refusals", lambda *a: None)
+    monkeypatch.setattr(steps, "epilogue_refusals", lambda *a: None)
     with pytest.raises(SpecError) as lowered:
         lower_spec(check_file(path), BuildConfig())
     [got] = lowered.value.diagnostics

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import pytest
 
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_source
 from coda_spec.ir import Loc, Op
 from coda_spec.lower.module import lower_spec
 from coda_spec.primitives import registry
-from coda_spec.source import parse_text
 
 
 def _rt():
-    from coda_spec.reference import PRECISIONS, RefCtx
+    from coda_spec.prove.reference import PRECISIONS, RefCtx
 
     return RefCtx(PRECISIONS["fp64"], {}, None)
 

@@ -6,7 +6,7 @@ import importlib.util
 import json
 import sys
 
-from coda_spec.tune_table import read_file
+from coda_spec.artifact.tune_table import read_file
 from tests.conftest import ROOT
 
 spec = importlib.util.spec_from_file_location("old_picks", ROOT / "benchmarks/old_picks.py")

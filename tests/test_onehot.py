@@ -25,12 +25,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.config import BuildConfig
 from coda_spec.errors import EXIT_MISMATCH, EXIT_OK, SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_spec
-from coda_spec.lower_api import Field
 from coda_spec.primitives import registry
+from coda_spec.primitives.lower_api import Field
 from tests.conftest import ROOT, assert_golden, checked_text, coda_check, needs_build
 
 SPEC = ROOT / "tests" / "specs_extra" / "lmhead_ce_bwd.yaml"
@@ -81,7 +81,7 @@ def _statements(k) -> list[str]:
 
 def _reference(idx: list, width: int, ignore):
     torch = pytest.importorskip("torch")
-    from coda_spec.reference import PRECISIONS, RefCtx
+    from coda_spec.prove.reference import PRECISIONS, RefCtx
 
     decl = SimpleNamespace(tensor=lambda name: SimpleNamespace(ignore_index=ignore))
     rt = RefCtx(PRECISIONS["fp64"], {}, decl, width=width, rows=len(idx))
@@ -218,8 +218,8 @@ def test_a_gemm_wider_than_fp32_column_indices_is_a_located_error():
 
 def test_the_proofs_inputs_reach_hits_and_ignored_rows():
     pytest.importorskip("torch")
-    from coda_spec.inputs import make_inputs
-    from coda_spec.mathcheck import sizes_of, small
+    from coda_spec.prove.inputs import make_inputs
+    from coda_spec.prove.mathcheck import sizes_of, small
 
     case = small(check_file(SPEC))
     sizes = sizes_of(case)

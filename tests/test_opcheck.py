@@ -8,7 +8,7 @@ dispatch with M dynamic, gradients included) on each op the chain defines:
 
 * ``coda::<name>_<hash>`` (``op.op_name``), the inputs its backward differentiates requiring grad;
 * ``coda::<name>_backward`` (a chain with a ``backward:`` section), on the saved tensors of a
-  forward call and ``coda_spec.inputs.make_grads``' incoming gradients, every gradient wanted;
+  forward call and ``coda_spec.prove.inputs.make_grads``' incoming gradients, every gradient wanted;
 * ``coda::<name>_inplace`` (a forward-only chain that accumulates into an input,
   :meth:`coda_spec.ops.ChainOp.with_inplace`).
 
@@ -24,7 +24,7 @@ import torch
 
 import coda_spec
 from coda_spec import ops
-from coda_spec.inputs import make_grads
+from coda_spec.prove.inputs import make_grads
 from tests import test_runtime_cpu as rt
 from tests.conftest import ROOT
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import coda_spec
-from coda_spec import ops, reference
+from coda_spec import ops
+from coda_spec.prove import reference
 from coda_spec.runtime import CodaRuntimeError
 from tests import test_runtime_cpu as rt
 from tests.conftest import ROOT
@@ -399,13 +400,13 @@ def test_the_inplace_flavour_is_refused_where_it_has_no_meaning(build, name):
 
 # -- what an import loads ------------------------------------------------------------------------
 
-HEAVY = ("coda_spec.frontend", "coda_spec.validate", "jsonschema", "yaml")
+HEAVY = ("coda_spec.check.frontend", "coda_spec.check.validate", "jsonschema", "yaml")
 
 
 @pytest.mark.slow
 def test_import_loads_no_front_end():
     """``import coda_spec.ops`` and ``import coda_spec.nn`` load no spec front end, jsonschema or
-    yaml: re-sizing (``ops.resized``), the CPU reference and ``builddir.resolve`` load them when
+    yaml: re-sizing (``ops.resized``), the CPU reference and ``check.target.resolve`` load them when
     used (as the runtime's calls do: ``test_runtime_cpu.py::test_a_call_imports_no_front_end``).
     Before, ``import coda_spec.ops`` loaded 37 coda modules, yaml and jsonschema among them."""
     code = f"""

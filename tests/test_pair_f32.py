@@ -19,8 +19,8 @@ import pytest
 
 from coda_spec.artifact import F32_BITS
 from coda_spec.build import BuildOptions, build_spec
+from coda_spec.check.frontend import check_file
 from coda_spec.config import DEFAULT
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_spec
 from tests.conftest import ROOT, coda_check, needs_build
 

@@ -15,11 +15,11 @@ import re
 
 import pytest
 
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_source
 from coda_spec.lower.module import lower_spec
-from coda_spec.source import parse_text
 from tests.conftest import needs_build
 
 PACKED = """\

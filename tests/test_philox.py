@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from coda_spec import philox  # noqa: E402
 from coda_spec.expr import parse  # noqa: E402
-from coda_spec.expr_eval import evaluate  # noqa: E402
+from coda_spec.expr.evaluate import evaluate  # noqa: E402
 from tests.conftest import checked_text  # noqa: E402
 
 
@@ -92,7 +92,7 @@ outputs: {out: bf16}
 
 
 def test_mask_inputs_draw_zero_and_one_and_read_as_numbers():
-    from coda_spec.inputs import make_inputs
+    from coda_spec.prove.inputs import make_inputs
 
     c = checked_text(MASKS)
     low, exact = make_inputs(c.spec, {"M": 64, "D": 32}, seed=0)

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.config import BuildConfig
-from coda_spec.frontend import check_file
 from coda_spec.lower.host_kernel import host_kernel
 from coda_spec.lower.module import lower_spec
 from coda_spec.primitives import registry

@@ -79,7 +79,7 @@ PINS = {
         "use torch.cuda.current_stream(device).cuda_stream",
     ),
     "torch._scaled_mm": Pin(
-        ("expr_eval.py",),
+        ("expr/evaluate.py",),
         "the fp8 GEMM of the reference on a GPU: scale_a, scale_b, out_dtype keywords",
         "call the fp8 matmul torch offers now with unit scales and an fp32 result",
     ),

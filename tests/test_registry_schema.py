@@ -81,7 +81,7 @@ def test_primitive_example_matches_its_fragment_and_the_full_schema(name):
 
 
 def test_full_schema_accepts_every_bundled_spec():
-    from coda_spec.source import load_source
+    from coda_spec.check.source import load_source
     from tests.conftest import SPECS
 
     validator = Draft202012Validator(build_schema())
@@ -105,17 +105,19 @@ def test_cli_schema_prints_the_schema():
 
 
 def test_registry_is_every_primitive_file_discovered():
-    """Each non-underscore module of the package (except base) is a primitive named after it."""
+    """Each non-underscore module of the package (except base and the two lowering contracts)
+    is a primitive named after it."""
     import importlib
     from pathlib import Path
 
     import coda_spec.primitives as package
-    from coda_spec.primitives import primitive_modules
+    from coda_spec.primitives import NOT_PRIMITIVES, primitive_modules
 
+    assert NOT_PRIMITIVES == ("base", "lower_api", "host_api")
     files = sorted(
         p.stem
         for p in Path(package.__file__).parent.glob("*.py")
-        if not p.stem.startswith("_") and p.stem != "base"
+        if not p.stem.startswith("_") and p.stem not in NOT_PRIMITIVES
     )
     assert list(primitive_modules()) == files
     assert list(registry()) == files  # deterministic: sorted by name
@@ -135,7 +137,7 @@ def test_registry_refuses_a_primitive_named_unlike_its_file(monkeypatch):
 
 
 def test_item_fields_are_derived_from_the_primitives():
-    from coda_spec.validate import item_fields
+    from coda_spec.check.validate import item_fields
 
     prims = registry()
     fields = item_fields(prims)
@@ -151,9 +153,9 @@ def test_item_fields_are_derived_from_the_primitives():
 
 
 def test_unknown_primitive_still_gets_did_you_mean():
+    from coda_spec.check.frontend import check_source
+    from coda_spec.check.source import parse_text
     from coda_spec.errors import SpecError
-    from coda_spec.frontend import check_source
-    from coda_spec.source import parse_text
 
     text = (
         "coda: 1\nname: t\ntensors:\n  x: {shape: [64, 64], dtype: bf16}\n"
@@ -171,8 +173,8 @@ def _hash(path):
     from types import SimpleNamespace
 
     from coda_spec.build import build_hash
+    from coda_spec.check.frontend import check_file
     from coda_spec.config import BuildConfig
-    from coda_spec.frontend import check_file
 
     return build_hash(check_file(path), BuildConfig(), SimpleNamespace(source="kernel"), ())
 
@@ -180,7 +182,7 @@ def _hash(path):
 def test_build_hash_includes_the_versions_of_used_primitives(monkeypatch):
     from dataclasses import replace
 
-    from coda_spec.frontend import check_file
+    from coda_spec.check.frontend import check_file
     from coda_spec.primitives import cache_keys, relu, softcap
     from tests.conftest import ROOT
 

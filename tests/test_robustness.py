@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from coda_spec.check.source import MAX_BYTES, MAX_DEPTH, load_source
 from coda_spec.errors import SpecError, ToolError
-from coda_spec.source import MAX_BYTES, MAX_DEPTH, load_source
 from tests.conftest import ROOT, check_oracle, coda_check
 
 SPEC = ROOT / "specs" / "rmsnorm_chain.yaml"
@@ -458,7 +458,7 @@ def test_subprocess_bad_arguments():
 def test_check_imports_no_gpu_stack():
     """``coda check`` stays light: neither torch nor quack nor cutlass gets imported."""
     code = (
-        "import sys; from coda_spec.frontend import check_file; "
+        "import sys; from coda_spec.check.frontend import check_file; "
         "check_file('specs/rmsnorm_chain.yaml'); "
         "assert 'torch' not in sys.modules and 'quack' not in sys.modules "
         "and 'cutlass' not in sys.modules, sorted(sys.modules)"

@@ -15,8 +15,8 @@ import os
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.errors import EXIT_OK, SpecError, render_text
-from coda_spec.frontend import check_file
 from coda_spec.lower.host_kernel import HostKernelError, host_kernel
 from coda_spec.lower.triton_aot import compile_kernel
 from coda_spec.primitives import registry

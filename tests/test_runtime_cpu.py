@@ -26,12 +26,12 @@ import torch
 
 from coda_spec import artifact, runtime
 from coda_spec.artifact import eval_shape
-from coda_spec.frontend import check_source
-from coda_spec.inputs import make_grads, make_inputs
-from coda_spec.reference import TORCH_DTYPES
-from coda_spec.reference import run as ref_run
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import parse_text
+from coda_spec.prove.inputs import make_grads, make_inputs
+from coda_spec.prove.reference import TORCH_DTYPES
+from coda_spec.prove.reference import run as ref_run
 from coda_spec.runtime import Chain, CodaRuntimeError, checks, launch
-from coda_spec.source import parse_text
 from tests.conftest import ROOT
 from tests.emulate import _interpret, emulate, emulate_compiled
 from tests.test_verify_cpu import fake_manifest
@@ -400,7 +400,7 @@ def test_derive_only_inputs_are_optional_and_ignored(tmp_path, cpu):
 
 def test_derive_only_inputs_reference_and_equivalence(tmp_path):
     """The spec is honest: its kernel math (from the derived h, r) equals equivalent_to."""
-    from coda_spec.equivalence import check_equivalence
+    from coda_spec.prove.equivalence import check_equivalence
 
     _, checked = make_build(tmp_path, "derive_only_inputs")
     results = check_equivalence(checked, {"M": 16, "D": 256, "F": 512}, seed=0)
@@ -428,12 +428,12 @@ FRONT_END = (
     "cutlass",
     "quack",
     "triton",
-    "coda_spec.frontend",
-    "coda_spec.source",
-    "coda_spec.validate",
-    "coda_spec.normalize",
-    "coda_spec.analyze",
-    "coda_spec.reference",
+    "coda_spec.check.frontend",
+    "coda_spec.check.source",
+    "coda_spec.check.validate",
+    "coda_spec.check.normalize",
+    "coda_spec.check.analyze",
+    "coda_spec.prove.reference",
     "coda_spec.primitives",
     "coda_spec.lower",
     "coda_spec.verify",

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import pytest
 
-from coda_spec import suits
+from coda_spec.check import suits
+from coda_spec.check.frontend import check_file, check_source, with_dims
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_file, check_source, with_dims
 from coda_spec.lower.host_kernel import host_kernel
 from coda_spec.lower.module import lower_spec
-from coda_spec.source import parse_text
 from tests.conftest import ROOT
 
 SPEC = ROOT / "tests" / "specs_extra" / "scale_dims.yaml"
@@ -29,7 +29,7 @@ SPEC = ROOT / "tests" / "specs_extra" / "scale_dims.yaml"
 
 def test_the_spec_is_proven_and_every_mutant_is_caught():
     pytest.importorskip("torch")
-    from coda_spec.mathcheck import prove
+    from coda_spec.prove.mathcheck import prove
     from tests.algebra import mutation_report, sizes_of, small
 
     checked = check_file(SPEC)

@@ -14,9 +14,9 @@ import json
 
 import pytest
 
+from coda_spec.artifact.tune_table import BUNDLED_DIR, load_table
 from coda_spec.build import BuildOptions, build_spec
 from coda_spec.nn.llama import lm_head_chunk
-from coda_spec.tune_table import BUNDLED_DIR, load_table
 from tests.conftest import ROOT
 
 TABLE = BUNDLED_DIR / "h200.json"

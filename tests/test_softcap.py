@@ -20,13 +20,13 @@ import pytest
 from click.testing import CliRunner
 
 from coda_spec import cli
+from coda_spec.check.frontend import check_file, check_source
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig
 from coda_spec.errors import EXIT_OK, SpecError
-from coda_spec.frontend import check_file, check_source
 from coda_spec.ir import Loc, Op
 from coda_spec.lower.module import lower_spec
 from coda_spec.primitives import registry
-from coda_spec.source import parse_text
 from tests.conftest import ROOT, needs_triton
 from tests.primitive_checks import lowers_as
 
@@ -38,7 +38,7 @@ def _op(prim: str, arg, **params) -> Op:
 
 
 def _rt():
-    from coda_spec.reference import PRECISIONS, RefCtx
+    from coda_spec.prove.reference import PRECISIONS, RefCtx
 
     return RefCtx(PRECISIONS["fp64"], {}, None)
 

@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from coda_spec import stages
+from coda_spec.check.frontend import CHECK_STAGES, Checked, Normalized, run_stages
+from coda_spec.check.source import Source
 from coda_spec.cli import build as build_command
 from coda_spec.cli import main
 from coda_spec.errors import EXIT_INVALID_SPEC, EXIT_OK
-from coda_spec.frontend import CHECK_STAGES, Checked, Normalized, run_stages
-from coda_spec.source import Source
 from tests.conftest import ROOT
 
 # One GEMM kernel and one finalize compiled by Triton: every stage has something to write.

@@ -25,17 +25,17 @@ from click.testing import CliRunner
 
 from coda_spec import artifact, cli, runtime
 from coda_spec import tune as T
-from coda_spec import tune_table as TT
-from coda_spec import verify as V
-from coda_spec import verify_report as R
 from coda_spec.artifact import eval_shape
+from coda_spec.artifact import tune_table as TT
 from coda_spec.bench.driver import Options
+from coda_spec.check.frontend import check_source, with_dims
+from coda_spec.check.source import parse_text
 from coda_spec.config import BuildConfig, config_tag, config_text
-from coda_spec.frontend import check_source, with_dims
 from coda_spec.lower import module as lower_module
 from coda_spec.runtime import Chain, checks
 from coda_spec.runtime.launch import Launcher
-from coda_spec.source import parse_text
+from coda_spec.verify import report as R
+from coda_spec.verify import run as V
 from tests.conftest import ROOT
 from tests.emulate import emulate, emulate_compiled
 from tests.test_bench_cpu import FakeClock

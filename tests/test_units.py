@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from coda_spec.check.source import parse_text
 from coda_spec.dims import DimError, evaluate, fold
 from coda_spec.errors import Diagnostic, did_you_mean, format_path, render_text
 from coda_spec.expr import ExprError, check, free_names, parse, uses_vjp
-from coda_spec.source import parse_text
 
 SIZES = {"M": None, "D": 4096, "F": 11008, "hd": 128}
 
@@ -153,8 +153,8 @@ def test_a_partial_is_read_by_name():
     # it was (a NamedTuple), so any serialized form of it is unchanged
     from pathlib import Path
 
-    from coda_spec.analyze_types import Partial
-    from coda_spec.frontend import check_file
+    from coda_spec.check.facts import Partial
+    from coda_spec.check.frontend import check_file
 
     spec = Path(__file__).resolve().parents[1] / "specs" / "f6_lse.yaml"
     part = check_file(spec).analysis.tensor("lse_part").partial
@@ -173,10 +173,10 @@ def test_one_identifier_rule_for_generated_names():
     # coda_spec.idents.ident: the rule behind LowerCtx.ident, HostCtx.ident and the finalize
     # kernels' entry names; a spec name (an identifier by the schema) only gets a trailing _
     # where it would clash with the generated module
-    from coda_spec.host_api import HostCtx
     from coda_spec.idents import ident
     from coda_spec.lower.finalize_kernel import TAKEN
-    from coda_spec.lower_api import LowerCtx
+    from coda_spec.primitives.host_api import HostCtx
+    from coda_spec.primitives.lower_api import LowerCtx
 
     assert ident("x") == "x" and ident("lambda") == "lambda_" and ident("tl", {"tl"}) == "tl_"
     assert ident("_qv", private="_q") == "_qv_" and ident("_qv") == "_qv"

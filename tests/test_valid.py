@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.config import BuildConfig
 from coda_spec.errors import EXIT_OK, SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_spec
-from coda_spec.lower_api import Field
+from coda_spec.primitives.lower_api import Field
 from tests.conftest import ROOT, checked_text, coda_check, needs_build
 
 TEXT = """\

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from coda_spec import artifact, cli
 from coda_spec.build import BuildOptions, build_spec, lowered_json
+from coda_spec.check.frontend import check_file
 from coda_spec.config import AUTO, DEFAULT, config_tag, config_text, parse_configs
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_variants
 from coda_spec.lower.quack_adapter import compile_jobs
 from tests.conftest import ROOT, needs_build
@@ -197,8 +197,8 @@ def test_resizing_keeps_a_variant_of_the_kernels_that_support_it(tmp_path):
     of the other kernel when verify re-sizes the build to other static dims."""
     from dataclasses import asdict
 
-    from coda_spec.frontend import with_dims
-    from coda_spec.verify import resized_manifest
+    from coda_spec.check.frontend import with_dims
+    from coda_spec.verify.run import resized_manifest
     from tests.test_verify_cpu import FakeChain, fake_manifest
 
     checked = check_file(ROOT / "tests" / "specs_extra" / "two_kernels_head_sumsq.yaml")

@@ -23,17 +23,17 @@ import torch
 from click.testing import CliRunner
 
 from coda_spec import artifact, cli
-from coda_spec import verify as V
-from coda_spec import verify_report as R
+from coda_spec.artifact.manifest import make_manifest
 from coda_spec.build import aot_kernels, lowered_json
+from coda_spec.check.frontend import check_file, with_dims
 from coda_spec.config import BuildConfig
 from coda_spec.dtypes import TORCH_DTYPES
 from coda_spec.errors import EXIT_MISMATCH, EXIT_NO_GPU
-from coda_spec.frontend import check_file, with_dims
 from coda_spec.lower.module import lower_spec
-from coda_spec.manifest import make_manifest
-from coda_spec.reference import infer_sizes
-from coda_spec.reference import run as ref_run
+from coda_spec.prove.reference import infer_sizes
+from coda_spec.prove.reference import run as ref_run
+from coda_spec.verify import report as R
+from coda_spec.verify import run as V
 from tests.conftest import ROOT
 
 RMSNORM = ROOT / "specs" / "rmsnorm_chain.yaml"
@@ -336,7 +336,7 @@ def test_cli_without_gpu(allow, checked_specs, tmp_path, monkeypatch):
 def test_cli_runs_the_sanitizer_only_when_asked(flag, checked_specs, tmp_path, monkeypatch):
     """compute-sanitizer (a child process, minutes on a GPU) runs with --sanitize and only
     then; its verdict lands in the report."""
-    import coda_spec.verify_sanitize
+    import coda_spec.verify.sanitize
 
     directory = _build_dir(tmp_path, RMSNORM, checked_specs[RMSNORM])
     runs = []
@@ -345,7 +345,7 @@ def test_cli_runs_the_sanitizer_only_when_asked(flag, checked_specs, tmp_path, m
         runs.append((str(d), seed))
         return {"result": "clean", "errors": 0, "detail": ""}
 
-    monkeypatch.setattr(coda_spec.verify_sanitize, "sanitize", fake)
+    monkeypatch.setattr(coda_spec.verify.sanitize, "sanitize", fake)
     monkeypatch.setattr(cli, "_has_gpu", lambda: False)
     res = _verify([directory, "--seed", "2", "--allow-no-gpu", *(["--sanitize"] * flag)])
     assert res.exit_code == 0, res.output

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from coda_spec import runtime
-from coda_spec import verify as V
-from coda_spec.frontend import check_file, with_dims
-from coda_spec.inputs import derive_mismatches, derived_shapes, make_inputs
+from coda_spec.check.frontend import check_file, with_dims
+from coda_spec.prove.inputs import derive_mismatches, derived_shapes, make_inputs
 from coda_spec.runtime import CodaRuntimeError
-from coda_spec.verify_report import render_table
+from coda_spec.verify import run as V
+from coda_spec.verify.report import render_table
 from tests.conftest import ROOT
 from tests.test_verify_cpu import FakeChain
 
@@ -128,7 +128,7 @@ def test_a_case_that_cannot_be_made_consistent_is_skipped(checked, tmp_path):
 def test_verify_case_skips_on_actual_shapes_too(checked, tmp_path, monkeypatch):
     """When the meta evaluation cannot size a derive (None), the shapes make_inputs actually
     produced are checked before the run."""
-    import coda_spec.inputs as I
+    import coda_spec.prove.inputs as I
 
     monkeypatch.setattr(I, "derived_shapes", lambda spec, sizes: {"wn": None})
     fake = ValidatingChain(checked, tmp_path)

@@ -22,7 +22,7 @@ it is "" when the baseline produces every spec output in the spec's layout and `
 no work out of the timing.
 
 * **eager**: the catalogue's function for a bundled spec; any other spec (or no catalogue
-  here) evaluates its ``equivalent_to`` with ``coda_spec.expr_eval`` at the declared dtypes
+  here) evaluates its ``equivalent_to`` with ``coda_spec.expr.evaluate`` at the declared dtypes
   (``note`` starts with ``"equivalent_to fallback"``); without an ``equivalent_to`` there is
   nothing to time and :func:`eager` raises ``ValueError``.
 * **liger**: the catalogue's; needs it (:func:`catalogue` raises ``ToolError`` naming where it
@@ -43,7 +43,7 @@ import torch
 
 from coda_spec.errors import ToolError
 from coda_spec.expr import parse, uses_vjp
-from coda_spec.expr_eval import eval_node
+from coda_spec.expr.evaluate import eval_node
 
 FALLBACK = "equivalent_to fallback"
 CATALOGUE = "benchmarks.baselines"  # the module name the catalogue's baselines import as

@@ -33,7 +33,7 @@ from pathlib import Path
 from coda_spec.bench import report
 from coda_spec.bench.model import loads, merge
 from coda_spec.bench.timing import ISOLATED, SUSTAIN_S, SUSTAINED, SUSTAINED_ROUNDS
-from coda_spec.builddir import resolve
+from coda_spec.check.target import resolve
 from coda_spec.errors import EXIT_NO_GPU, EXIT_OK, EXIT_TOOL_FAILURE, ToolError
 
 
@@ -108,7 +108,7 @@ def _echo(text: str, err: bool = False) -> None:
 
 def build_dirs(targets, builds: Path, command: str) -> list[Path]:
     """The build directory of each target (a spec means its latest build, which must be of the
-    spec's current content: ``builddir.resolve``); checked before any GPU is looked for."""
+    spec's current content: ``check.target.resolve``); checked before any GPU is looked for."""
 
     return [resolve(t, builds, command=command) for t in targets]
 

@@ -11,7 +11,7 @@ Per chain and per shape (``--m`` for the dynamic dim, ``--dims`` / ``--width`` f
    refuse give a message naming the rebuild. ``--width W`` applies the catalogue width rule:
    D = W, F = round_up(8/3·W, 256), KV = (W/512)·head_dim, head_dim and V unchanged -- each only
    where the spec has the dim.
-2. **Inputs** are drawn on the device with ``coda_spec.inputs`` (never zeros; derived inputs
+2. **Inputs** are drawn on the device with ``coda_spec.prove.inputs`` (never zeros; derived inputs
    such as b4's lse are computed from the others), the same tensors for every candidate.
 3. **Candidates**, per direction (``fwd``; with a ``backward:`` section also ``bwd`` and
    ``fwd+bwd``): coda's whole chain through the runtime (kernels, finalizes, host steps,
@@ -64,8 +64,8 @@ from coda_spec.bench.timing import (
 from coda_spec.dims import dynamic_dim
 from coda_spec.dtypes import DTYPES
 from coda_spec.errors import ToolError
-from coda_spec.inputs import make_grads, make_inputs
 from coda_spec.ops import ResizeRefused, resized
+from coda_spec.prove.inputs import make_grads, make_inputs
 
 DEFAULT_M = (16384,)
 BASELINE_NAMES = ("eager", "compile", "liger")
@@ -345,7 +345,8 @@ def _stats_or_none(stats: dict, failed: dict, key: str) -> tuple[Stats | None, s
 # -- one chain at one shape ----------------------------------------------------------------------
 def draw(chain, checked, sizes: dict, opts: Options) -> tuple[dict, dict, dict | None]:
     """(every spec input, the inputs a call takes, the incoming gradients or None), drawn on
-    ``opts.device`` from ``opts.seed`` with ``coda_spec.inputs`` (bench and tune draw alike)."""
+    ``opts.device`` from ``opts.seed`` with ``coda_spec.prove.inputs`` (bench and tune draw
+    alike)."""
 
     low, _ = make_inputs(checked.spec, sizes, opts.seed, device=opts.device)
     inputs = {k: low[k] for k in chain.required_inputs}

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from coda_spec.check.frontend import check_source
+from coda_spec.check.source import load_source, parse_text
 from coda_spec.errors import (
     EXIT_INVALID_SPEC,
     EXIT_MISMATCH,
@@ -30,13 +32,11 @@ from coda_spec.errors import (
     format_path,
     render_text,
 )
-from coda_spec.frontend import check_source
 from coda_spec.grad import POLICIES, derive_text
 from coda_spec.grad.facts import Unsupported
 from coda_spec.grad.text import without_backward
 from coda_spec.lower.dry_run import lowering_refusals
-from coda_spec.mathcheck import diagnostics, prove
-from coda_spec.source import load_source, parse_text
+from coda_spec.prove.mathcheck import diagnostics, prove
 
 
 def _n(count: int, what: str) -> str:

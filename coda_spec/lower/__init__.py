@@ -2,10 +2,11 @@
 
 Layer map (imports one way: module -> emit -> primitives -> lower_api; ``tests/test_lower_api.py``)
 ----------------------------------------------------------------------------------------------
-* ``coda_spec/lower_api.py`` (outside this package, on the primitives' floor) — the lowering API
+* ``coda_spec/primitives/lower_api.py`` (outside this package, on the primitives' floor) — the
+  lowering API
   every primitive's ``lower(lc, op)`` uses: ``LowerCtx`` (values, text, and resource methods that
   declare fn operands, D/C bindings, aux stores, sinks, shared ops and the names the text
-  imports), ``Field``; the QuACK contract. ``coda_spec/host_api.py`` is its sibling for a
+  imports), ``Field``; the QuACK contract. ``coda_spec/primitives/host_api.py`` is its sibling for a
   primitive's ``host`` (``HostCtx``). Neither imports a primitive, the walk or a compiler.
 * ``lower/emit.py``   — the walk over one GEMM kernel's epilogue: asks each item's primitive for
   its ``lower``, then reads what the items declared and assembles the decorated fn (and its

@@ -2,11 +2,13 @@
 
 The walk: for each item of a kernel's epilogue, ask its primitive whether the config supports it,
 write the item's spec line as a comment, and call its ``lower(lc, op)`` with one
-:class:`~coda_spec.lower_api.LowerCtx` per kernel. Then read what the items declared (a frozen
-:class:`~coda_spec.lower_api.Declared`) and assemble the kernel: the decorator (``ops=``,
+:class:`~coda_spec.primitives.lower_api.LowerCtx` per kernel. Then read what the items declared (a
+frozen
+:class:`~coda_spec.primitives.lower_api.Declared`) and assemble the kernel: the decorator (``ops=``,
 ``outputs=``, ``reduces=``, ``outs=``, ``extra_ops=``, ``prepass=``, ``mode=``), the prepass fn
 when a statistic needs one, and the return dict. The QuACK contract and the API primitives lower
-against live in ``coda_spec/lower_api.py``; this module imports it and the primitives' registry
+against live in ``coda_spec/primitives/lower_api.py``; this module imports it and the primitives'
+registry
 is passed in, so the import graph stays one-way (module -> emit -> primitives -> lower_api).
 """
 
@@ -14,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coda_spec.check.suits import FP8_TILES, kernel_refusal
 from coda_spec.config import KernelSizes, config_text
 from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
-from coda_spec.lower_api import Declared, LowerCtx
-from coda_spec.suits import FP8_TILES, kernel_refusal
+from coda_spec.primitives.lower_api import Declared, LowerCtx
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ Layer map
   before, inside or after the loop over a row, the folded finalizes and the kernel's assembly.
   It returns a :class:`~coda_spec.lower.triton_aot.TritonKernel`; ``triton_aot.compile_kernel``
   compiles that to an sm_90a cubin without a GPU.
-* ``coda_spec/host_api.py``: :class:`~coda_spec.host_api.HostCtx`, what a primitive's ``host``
+* ``coda_spec/primitives/host_api.py``: :class:`~coda_spec.primitives.host_api.HostCtx`, what a
+  primitive's ``host``
   function may use (values, lanes, phases, tensors), below the primitives.
 * ``coda_spec/primitives/<name>.py``: each primitive's Triton text, in its ``host`` function
   (``Primitive.host``); shared text lives in ``_elementwise.py`` (unary and binary ops),
@@ -17,7 +18,7 @@ Contract
 --------
 ``host_kernel(checked, step, block=None) -> TritonKernel`` for a host step of a checked spec
 (forward or backward section). The kernel computes every chain tensor the step writes, exactly
-as ``coda_spec.reference`` does in fp32 (the same formulas, fp32 math, stores rounded to the
+as ``coda_spec.prove.reference`` does in fp32 (the same formulas, fp32 math, stores rounded to the
 declared dtype), plus every ``finalize`` of the same section whose partial this step produces
 (``TritonKernel.folds``): a host step's row reduction is exact per row, so ``zdz = dot / D`` is
 one more division in the kernel, written straight to the finalize's result. The partial itself
@@ -70,10 +71,10 @@ from coda_spec import dims as dimmod
 from coda_spec.dtypes import dtype
 from coda_spec.errors import Diagnostic, ItemError, SpecError, format_path
 from coda_spec.finalize import finalize_op
-from coda_spec.host_api import LOOP, POST, PRE, WIDE, HostCtx
 from coda_spec.lower.triton_aot import MODULE_IMPORTS, TritonKernel
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import PAIR
+from coda_spec.primitives.host_api import LOOP, POST, PRE, WIDE, HostCtx
 from coda_spec.versions import generated_banner, spec_origin
 
 MAX_CHUNK_COLUMNS = 2048  # default BLOCK: at most this many columns of the widest tile per chunk

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from coda_spec.config import config_tag
 from coda_spec.errors import SpecError
 from coda_spec.lower.emit import lower_kernel
-from coda_spec.lower_api import KERNEL_IMPORTS, MODULE_IMPORTS
 from coda_spec.primitives import registry
+from coda_spec.primitives.lower_api import KERNEL_IMPORTS, MODULE_IMPORTS
 from coda_spec.versions import generated_banner, spec_origin
 
 

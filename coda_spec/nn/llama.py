@@ -53,7 +53,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from coda_spec import builddir, ops, versions
+from coda_spec import ops, versions
+from coda_spec.artifact import builddir
 from coda_spec.nn import layout
 from coda_spec.nn.call import IGNORE_INDEX, checked
 from coda_spec.runtime import Chain, CodaRuntimeError, load

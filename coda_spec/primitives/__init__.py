@@ -2,10 +2,12 @@
 
 Contract
 --------
-Every module of this package whose name does not start with ``_`` and is not ``base`` is a
-primitive file: it exports ``PRIMITIVE`` (a :class:`~coda_spec.primitives.base.Primitive`) whose
-``name`` is the module's own name. Adding a primitive is adding one file; nothing here, in the
-validator or in the schema changes (a test checks the file/name rule). ``_``-prefixed modules
+Every module of this package whose name does not start with ``_`` and is not ``base`` or one of
+the two lowering contracts a primitive lowers against (``lower_api``: the CuTe epilogue's;
+``host_api``: a host step's Triton kernel's) is a primitive file: it exports ``PRIMITIVE`` (a
+:class:`~coda_spec.primitives.base.Primitive`) whose ``name`` is the module's own name. Adding a
+primitive is adding one file; nothing here, in the validator or in the schema changes (a test
+checks the file/name rule). ``_``-prefixed modules
 hold shared builders and text (``_elementwise``, ``_pairs``, ``_reduce``, ...).
 
 ``registry()`` returns a fresh, read-only name -> Primitive mapping in sorted name order, so every
@@ -29,7 +31,7 @@ import pkgutil
 from pathlib import Path
 from types import MappingProxyType
 
-NOT_PRIMITIVES = ("base",)  # modules of this package that are not primitive files
+NOT_PRIMITIVES = ("base", "lower_api", "host_api")  # modules here that are not primitive files
 
 
 @functools.cache

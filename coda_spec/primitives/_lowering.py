@@ -1,7 +1,8 @@
 """Lowering builders shared by the elementwise primitives (``lower`` of unary and binary ops).
 
-Primitives lower against ``coda_spec.lower_api`` only (see its docstring for the contract): text
-goes out through :class:`~coda_spec.lower_api.LowerCtx`, and every name the text calls is
+Primitives lower against ``coda_spec.primitives.lower_api`` only (see its docstring for the
+contract): text
+goes out through :class:`~coda_spec.primitives.lower_api.LowerCtx`, and every name the text calls is
 declared there, so kernel.py imports exactly what it uses.
 
 A unary op's lowering is given as one of:
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from string import Formatter
 
-from coda_spec.lower_api import forms_join
+from coda_spec.primitives.lower_api import forms_join
 
 
 def binary_lower(symbol: str):
@@ -34,7 +35,8 @@ def binary_lower(symbol: str):
 
 
 def binary_call_lower(fn: str):
-    """``fn(a, b)``, ``fn`` a :data:`~coda_spec.lower_api.KERNEL_IMPORTS` helper that takes
+    """``fn(a, b)``, ``fn`` a :data:`~coda_spec.primitives.lower_api.KERNEL_IMPORTS` helper that
+    takes
     plain values and ``Pair``s alike (``lane_max``)."""
 
     def lower(lc, op):

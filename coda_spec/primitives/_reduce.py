@@ -6,8 +6,8 @@ from types import MappingProxyType
 
 from coda_spec.errors import ItemError
 from coda_spec.finalize import EMPTY_FOLD, REDUCTIONS, partial_fold
-from coda_spec.lower_api import NO_PACKED_PREPASS, Field
 from coda_spec.primitives.base import need_tile
+from coda_spec.primitives.lower_api import NO_PACKED_PREPASS, Field
 
 SIBLING = {
     "sum": "sumsq",

@@ -8,7 +8,8 @@ Layer map
   Lowering to CuTe DSL is attached by the adapter package in a later stage; primitives only ever
   emit source text, so this package imports neither torch (lazily, inside ``reference``) nor
   cutlass/quack. ``host`` emits the Triton text of a host step's kernel
-  (against ``coda_spec/host_api.py``), also as pure text; a primitive without one says why in
+  (against ``coda_spec/primitives/host_api.py``), also as pure text; a primitive without one says
+  why in
   ``no_host``.
 * ``coda_spec/primitives/__init__.py`` — the registry: every module of the package not starting
   with ``_`` (and not this one) is a primitive file exporting ``PRIMITIVE``, discovered by listing
@@ -18,7 +19,7 @@ Layer map
   the schemas (``validate.item_fields``), the JSON Schema and the docs' primitive reference are
   generated from the registry, and ``version`` feeds every build's content address
   (``cache_key()``, via ``primitives.cache_keys``) so bumping it rebuilds the specs that use it.
-* ``coda_spec/analyze.py`` and ``coda_spec/reference.py`` walk the IR and dispatch on
+* ``coda_spec/check/analyze.py`` and ``coda_spec/prove/reference.py`` walk the IR and dispatch on
   ``op.prim`` through the registry, never on Python types.
 
 Value model
@@ -105,7 +106,7 @@ class Primitive:
     # fn, which re-computes their definitions there (lower_api.prepass_slice); () for most items
     prepass_of: Callable = field(default=lambda op: ())
     host: Callable | None = None  # (HostCtx, Op) -> None: emits Triton statements for a
-    # host-step body (coda_spec/host_api.py); None: host_kernel refuses a body that uses it
+    # host-step body (primitives/host_api.py); None: host_kernel refuses a body that uses it
     no_host: str = ""  # why it has no ``host`` (host_kernel's refusal quotes it); set iff None
     # Pairing modes of a kernel (analyze's names: "acc_pair", "packed_pair") whose epilogue its
     # ``lower`` cannot serve, each with why; ``coda check`` refuses the item there, as the walk does

@@ -19,7 +19,6 @@ tolerance), ``tl.where`` in host steps. Because ``philox``'s uniforms are multip
 exact in fp32, the kernels and the fp64 reference draw the same mask for any ``p``.
 """
 
-from coda_spec.lower_api import forms_join
 from coda_spec.primitives.base import (
     ELEMENTWISE,
     OPERAND,
@@ -28,6 +27,7 @@ from coda_spec.primitives.base import (
     item_schema,
     moved,
 )
+from coda_spec.primitives.lower_api import forms_join
 
 
 def _p(op) -> float:

@@ -29,7 +29,6 @@ check --math`` and ``coda verify`` compare the numbers exactly. The math languag
 from coda_spec import philox as generator  # torch-free at import: its functions import torch
 from coda_spec.dtypes import FP32_EXACT
 from coda_spec.errors import ItemError
-from coda_spec.lower_api import Code
 from coda_spec.primitives.base import (
     TENSOR_REF,
     VALUE_REF,
@@ -39,6 +38,7 @@ from coda_spec.primitives.base import (
     item_schema,
     need_tile,
 )
+from coda_spec.primitives.lower_api import Code
 
 _PLAIN_ONLY = (
     "philox numbers each element by its own (row, column); coda 1 lowers it in plain kernels "

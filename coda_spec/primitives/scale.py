@@ -6,7 +6,7 @@
 written into the kernel as a literal, so it costs nothing at run time. A constant over dims is
 *baked*: the build's kernels hold its value at the build's dims, and running the build at other
 dims that change it (`coda_spec.ops.resized`, verify's ragged case) is refused, naming the
-rebuild (`coda_spec.suits.baked_change`). The dynamic dim (M) is known only at call time and
+rebuild (`coda_spec.check.suits.baked_change`). The dynamic dim (M) is known only at call time and
 cannot appear; nor can a tensor. For a value that changes between calls (a learned or
 scheduled scale), read a device scalar: `{load_scalar: alpha}` then `{mul: [acc, alpha]}`.
 """

@@ -25,7 +25,6 @@ rest at the item (``analyze_writes.store_item``).
 """
 
 from coda_spec.errors import ItemError
-from coda_spec.lower_api import Code, Field
 from coda_spec.primitives.base import (
     DTYPES,
     FP8_DTYPES,
@@ -36,6 +35,7 @@ from coda_spec.primitives.base import (
     Primitive,
     item_schema,
 )
+from coda_spec.primitives.lower_api import Code, Field
 
 
 def _infer(tc, op, ins, tensors):

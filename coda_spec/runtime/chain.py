@@ -16,18 +16,18 @@ import warnings
 from pathlib import Path
 
 from coda_spec.artifact import Manifest, read_manifest
+from coda_spec.artifact.tune_table import load_table
 from coda_spec.runtime import checks
 from coda_spec.runtime.call import Call, run_steps
 from coda_spec.runtime.launch import Launcher
 from coda_spec.runtime.plan import CodaRuntimeError, Plan, needed_steps, tuned_picks
-from coda_spec.tune_table import load_table
 
 
 class Chain:
     """A loaded build. Call it with the chain's inputs as keyword tensors.
 
     ``tuned``: where the variant picks come from: a tune file or a directory of them, a tune
-    file's data, a ``coda_spec.tune_table.TuneTable``, None (the default search path:
+    file's data, a ``coda_spec.artifact.tune_table.TuneTable``, None (the default search path:
     ``$CODA_TUNED``, else ``./tuned/*.json``) or False (none: every kernel runs
     ``variants[0]``)."""
 
@@ -330,8 +330,8 @@ class Chain:
         """The build's own spec, checked (verify, bench and tune read it; a call never does:
         this imports the front end)."""
         if self._spec[0] is None:
-            from coda_spec.frontend import check_source  # the front end: never on a call
-            from coda_spec.source import parse_text
+            from coda_spec.check.frontend import check_source  # the front end: never on a call
+            from coda_spec.check.source import parse_text
 
             text = (self.directory / "spec.yaml").read_text()
             self._spec[0] = check_source(parse_text(self.manifest.spec_file, text))

@@ -6,7 +6,7 @@ this file so editors (YAML language server: ``# yaml-language-server: $schema=..
 can use it without running coda; ``coda schema`` prints it and a test keeps file and registry in
 sync. ``additionalProperties: false`` holds at every level.
 
-The validator (``coda_spec.validate``) checks with the very same fragments but dispatches each
+The validator (``coda_spec.check.validate``) checks with the very same fragments but dispatches each
 step and epilogue item to its own fragment first, which turns ``anyOf`` soup into one precise
 message per problem.
 """

@@ -2,10 +2,11 @@
 
     python3 tests/gpu/run_chain.py BUILD_DIR [--m 16384 --m 1000] [--seed 0] [--json OUT]
 
-For each M: fresh random inputs (``coda_spec.inputs``, never zeros, recorded seed), the kernels
+For each M: fresh random inputs (``coda_spec.prove.inputs``, never zeros, recorded seed), the
+kernels
 through ``coda_spec.runtime``, the spec's math in fp64 (ref) and in the low-precision pipeline
-(ref_lowp) with ``coda_spec.reference`` on the same GPU, and per output: max |out - ref|, the
-relative error ||out - ref|| / ||ref||, and verify's pass rule (``coda_spec.verify.bound``, the
+(ref_lowp) with ``coda_spec.prove.reference`` on the same GPU, and per output: max |out - ref|, the
+relative error ||out - ref|| / ||ref||, and verify's pass rule (``coda_spec.verify.run.bound``, the
 one home of the rule; docs/verification.md).
 This is issue 3's end-to-end check; ``coda verify`` will grow from it.
 """
@@ -20,9 +21,9 @@ import time
 import torch
 
 import coda_spec
-from coda_spec.inputs import make_inputs
-from coda_spec.reference import run
-from coda_spec.verify import bound
+from coda_spec.prove.inputs import make_inputs
+from coda_spec.prove.reference import run
+from coda_spec.verify.run import bound
 
 
 def compare(chain, m: int, seed: int) -> list[dict]:

@@ -9,7 +9,8 @@ rmsnorm_chain, f5_norm_lmhead_lse, b1_dgrad_rmsnorm_bwd and llama_block
 (the one-line summary per chain is printed even without ``-s``).
 
 Per chain, a fixed seed drives ~20 calls with random M (0, 1, small odd, ragged, and one
-16384 + 37), fresh random inputs (``coda_spec.inputs`` on the GPU), random layouts of some inputs
+16384 + 37), fresh random inputs (``coda_spec.prove.inputs`` on the GPU), random layouts of some
+inputs
 (aligned offset views, non-contiguous and transposed views, misaligned views, requires_grad)
 and sometimes one defect (wrong dtype, a CPU tensor, a wrong M or static dim, a missing, unknown
 or non-tensor input); llama_block calls run forward only or forward + backward, with the incoming
@@ -115,7 +116,7 @@ class Harness:
         return list(m.outputs + (m.backward_outputs if backward else ()))
 
     def draw(self, m: int, seed: int, backward: bool):
-        from coda_spec.inputs import make_grads, make_inputs
+        from coda_spec.prove.inputs import make_grads, make_inputs
 
         sizes = self.sizes(m)
         low, _ = make_inputs(self.checked.spec, sizes, seed, device=self.dev)
@@ -128,7 +129,7 @@ class Harness:
 
     def reference(self, sizes, low, grads) -> dict:
         """name -> (ref in fp64, ref_lowp) for every output the call returns."""
-        from coda_spec.reference import run
+        from coda_spec.prove.reference import run
 
         names = [o.name for o in self.outputs(grads is not None)]
         ref = run(self.checked.analysis, low, "fp64", sizes, grads=grads)
@@ -139,7 +140,7 @@ class Harness:
     def problems(self, env: dict, expected: dict, sizes: dict) -> list[str]:
         """Every way the outputs in ``env`` break the pass rule (empty: they pass)."""
         from coda_spec.artifact import eval_shape
-        from coda_spec.reference import TORCH_DTYPES
+        from coda_spec.prove.reference import TORCH_DTYPES
 
         torch = self.torch
         decl = {o.name: o for o in self.outputs(True)}
@@ -169,7 +170,7 @@ class Harness:
     # -- the contract, as documented (independent of the runtime's code) ---------------------
     def tensor_ok(self, x, decl: dict, sizes: dict) -> bool:
         from coda_spec.dims import evaluate
-        from coda_spec.reference import TORCH_DTYPES
+        from coda_spec.prove.reference import TORCH_DTYPES
 
         torch = self.torch
         return (

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 def _inputs(m=256):
 
     from coda_spec import load
-    from coda_spec.inputs import make_inputs
+    from coda_spec.prove.inputs import make_inputs
 
     chain = load(need_build("rmsnorm_chain"))
     sizes = {d.name: (d.size or m) for d in chain.checked().spec.dims}

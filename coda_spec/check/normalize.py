@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from coda_spec.check.source import Source
 from coda_spec.finalize import SECONDS as FINALIZE_SECONDS
 from coda_spec.ir import (
     Backward,
@@ -26,7 +27,6 @@ from coda_spec.ir import (
     Tensor,
 )
 from coda_spec.primitives import item_primitives, registry
-from coda_spec.source import Source
 
 
 def _loc(src: Source, path: tuple) -> Loc:

@@ -1,6 +1,6 @@
 """Per-step typing for ``analyze``: walk kernels, host steps and finalizes in order.
 
-Part of stage ``analyze`` (layer map in ``coda_spec.analyze``). Each epilogue item is typed by
+Part of stage ``analyze`` (layer map in ``coda_spec.check.analyze``). Each epilogue item is typed by
 its primitive's ``infer`` (dispatch on ``op.prim`` via the registry, operands resolved through
 the primitive's declared ports, ``TypeCtx`` from ``analyze_types``). The walker tracks which
 chain tensors exist at each point, which have been consumed in place (``add_to``), and which
@@ -11,8 +11,7 @@ table (``coda_spec.dtypes``).
 
 from __future__ import annotations
 
-from coda_spec.analyze_lowering import epilogue_refusals, host_refusals
-from coda_spec.analyze_types import (
+from coda_spec.check.facts import (
     UNKNOWN_PARTIAL,
     Partial,
     StepInfo,
@@ -22,7 +21,8 @@ from coda_spec.analyze_types import (
     load_hint,
     shape_expr,
 )
-from coda_spec.analyze_writes import finalize_step, store_item
+from coda_spec.check.lowering import epilogue_refusals, host_refusals
+from coda_spec.check.writes import finalize_step, store_item
 from coda_spec.dtypes import DTYPES
 from coda_spec.errors import Diagnostic, ItemError, did_you_mean
 from coda_spec.finalize import ops_folding

@@ -1,4 +1,4 @@
-"""What steps write, for ``analyze``'s walk (``coda_spec.analyze_steps``): stores, finalizes.
+"""What steps write, for ``analyze``'s walk (``coda_spec.check.steps``): stores, finalizes.
 
 Part of stage ``analyze``. :func:`store_item` types an epilogue's ``store`` (its target, dtype
 and ``add_to``); :func:`finalize_step` types a finalize step against the partial it folds (which
@@ -10,7 +10,7 @@ they read and extend.
 
 from __future__ import annotations
 
-from coda_spec.analyze_types import StepInfo, TensorInfo
+from coda_spec.check.facts import StepInfo, TensorInfo
 from coda_spec.dims import DimError, fold, show
 from coda_spec.errors import Diagnostic, closest
 from coda_spec.expr import ExprError, free_names, parse

@@ -53,13 +53,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from coda_spec import dims as dimmod
-from coda_spec.equivalence import RTOL, compare, draw
 from coda_spec.expr import parse
-from coda_spec.inputs import make_inputs
 from coda_spec.primitives import registry
 from coda_spec.primitives._ranges import bounds
 from coda_spec.primitives.base import ELEMENTWISE
-from coda_spec.reference import run
+from coda_spec.prove.equivalence import RTOL, compare, draw
+from coda_spec.prove.inputs import make_inputs
+from coda_spec.prove.reference import run
 
 BRANCHES = ("relu", "abs", "clamp", "max", "min")
 MAX_DELETIONS = 8  # deletion re-runs per spec (branch primitives only)

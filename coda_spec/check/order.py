@@ -1,6 +1,7 @@
 """Chain-level checks for ``analyze``: who writes each name, and when, and what leaves.
 
-Part of stage ``analyze`` (layer map in ``coda_spec.analyze``). Over a section's steps (forward,
+Part of stage ``analyze`` (layer map in ``coda_spec.check.analyze``). Over a section's steps
+(forward,
 or backward): duplicate producers, names that shadow inputs, use before produce and link
 cycles (``order_checks``); the names a backward section starts from -- saved forward tensors and
 incoming gradients, whose direction is declared, never inferred (``backward_scope``); and the
@@ -11,7 +12,7 @@ names each step reads and writes (``productions``, ``consumptions``).
 
 from __future__ import annotations
 
-from coda_spec.analyze_types import TensorInfo
+from coda_spec.check.facts import TensorInfo
 from coda_spec.errors import Diagnostic, did_you_mean
 from coda_spec.ir import Loc
 from coda_spec.primitives import registry

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from coda_spec import stages
-from coda_spec.analyze import Analysis, analyze
+from coda_spec.check.analyze import Analysis, analyze
+from coda_spec.check.normalize import normalize
+from coda_spec.check.source import Source, load_source
+from coda_spec.check.validate import validate_source
 from coda_spec.ir import Dim, Spec
-from coda_spec.normalize import normalize
-from coda_spec.source import Source, load_source
-from coda_spec.validate import validate_source
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ ENV = "CODA_TUNED"  # a tune file, or a directory of *.json
 DEFAULT_DIR = "tuned"  # ./tuned/*.json when $CODA_TUNED is not set
 # The table shipped in the package (issue 21): coda tune's picks for the bundled specs' builds at
 # the benchmarked shapes, searched after the user's own files
-BUNDLED_DIR = Path(__file__).with_name("tuned")
+BUNDLED_DIR = Path(__file__).parent.parent / "tuned"
 INLINE = "<tune table>"  # the "path" of a table passed as a dict
 RULERS = ("sustained", "isolated")  # an entry's "ruler" (coda_spec.bench.timing's names)
 

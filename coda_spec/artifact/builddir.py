@@ -12,16 +12,12 @@ A build records where it came from: ``spec_file`` (the path as ``coda build`` wa
 ``digest`` (the spec's content hash, ``Spec.digest``) and ``configs`` in ``manifest.json``, and
 the same in ``lowered.json`` for a build that stopped before the manifest or failed.
 
-* :func:`resolve` turns a target (a build directory, or a spec file: its ``-latest`` build) into
-  a build directory for ``verify``, ``bench`` and ``tune``; a spec whose newest build was made
-  from other content is refused (``UsageError``, exit 2): they never check an old build in
-  its place.
 * :func:`prune` removes the builds of the same spec file and the same configs as the builds
   kept, and dead ``.tmp-`` directories; builds of another config, or of another file with the
   same ``name:``, stay.
 * Two spec files with one ``name:`` share one ``-latest`` link: ``coda build`` refuses them in
-  one run, and across runs the link follows the newest build (``resolve`` then tells the other
-  file's user that the newest build differs from their spec).
+  one run, and across runs the link follows the newest build (``coda_spec.check.target.resolve``
+  then tells the other file's user that the newest build differs from their spec).
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ import shutil
 from pathlib import Path
 
 from coda_spec.artifact import MANIFEST
-from coda_spec.errors import UsageError
 
 HASH_LEN = 12
 LATEST = "-latest"
@@ -153,39 +148,3 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def resolve(target, out: Path = Path("build"), command: str = "verify") -> Path:
-    """A build directory, or a spec file -> its ``-latest`` build under ``out``, which must have
-    been built from the spec's current content (never compiles, never falls back to an old
-    build). Raises ``UsageError`` (exit 2) for a target that is neither, a spec without a build
-    and a spec whose newest build differs from it; ``SpecError`` for an invalid spec."""
-    from coda_spec.frontend import check_file  # a spec target: the front end (not coda_spec.nn)
-    from coda_spec.source import SPEC_SUFFIXES
-
-    p = Path(target)
-    if p.is_dir() and (p / MANIFEST).is_file():
-        return p
-    if p.suffix in SPEC_SUFFIXES and p.exists() and not p.is_dir():
-        spec = check_file(p).spec
-        link = latest(out, spec.name)
-        if not (link / MANIFEST).is_file():
-            raise UsageError(
-                f"no build of '{spec.name}' under {out}/; run coda build first "
-                f"({command} never compiles)",
-                target,
-            )
-        built = record(link) or {}
-        if built.get("digest") != spec.digest:
-            raise UsageError(
-                f"the newest build of '{spec.name}', {link} -> "
-                f"{link.resolve().name} (built from {built.get('spec_file', '?')}), differs "
-                f"from the spec's current content; run coda build {target}"
-                + ("" if Path(out) == Path("build") else f" -o {out}")
-                + f" first ({command} never checks an old build in its place)",
-                target,
-            )
-        return link
-    if not p.exists():
-        raise UsageError("no such build directory or spec file", target)
-    raise UsageError(f"not a build directory (no {MANIFEST}) nor a spec file", target)

@@ -22,7 +22,7 @@ import torch
 from coda_spec import dims as dimmod
 from coda_spec.dtypes import TORCH_DTYPES, dtype, round_to
 from coda_spec.expr import ExprError, parse
-from coda_spec.expr_eval import evaluate
+from coda_spec.expr.evaluate import evaluate
 
 
 def _weight_scales(spec, sizes) -> dict:

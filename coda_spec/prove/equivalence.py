@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from coda_spec.expr import ExprError, parse
-from coda_spec.expr_eval import _ev, evaluate
-from coda_spec.inputs import make_grads, make_inputs
+from coda_spec.expr.evaluate import _ev, evaluate
 from coda_spec.primitives import registry
-from coda_spec.reference import run
+from coda_spec.prove.inputs import make_grads, make_inputs
+from coda_spec.prove.reference import run
 
 RTOL = 1e-10
 

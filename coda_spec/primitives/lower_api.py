@@ -1,9 +1,10 @@
 """The lowering API: everything a primitive's ``lower(lc, op)`` may use, and nothing else.
 
-Why here (``coda_spec/lower_api.py``, not in ``coda_spec.lower``)
+Why here (``coda_spec/primitives/lower_api.py``, not in ``coda_spec.lower``)
 -----------------------------------------------------------------
 Primitives lower against this module, so it sits on the primitives' floor, one layer below
-them, beside :mod:`coda_spec.host_api` (what a primitive's ``host`` may use): the two lowering
+them, beside :mod:`coda_spec.primitives.host_api` (what a primitive's ``host`` may use): the two
+lowering
 contracts, named after the ``Primitive`` fields they serve (``lower``, ``host``). The
 ``coda_spec.lower`` package holds what runs the primitives (``lower/emit.py``, the walk;
 ``lower/module.py``, kernel.py; ``lower/host_kernel.py``) and sits above them; this module used

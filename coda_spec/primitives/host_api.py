@@ -1,9 +1,10 @@
 """The host-lowering API: everything a primitive's ``host(hc, op)`` may use, and nothing else.
 
-Why here (``coda_spec/host_api.py``)
+Why here (``coda_spec/primitives/host_api.py``)
 ------------------------------------
 Primitives write the Triton text of a host step's items against this module, so it sits on the
-primitives' floor beside :mod:`coda_spec.lower_api` (what a primitive's ``lower`` may use),
+primitives' floor beside :mod:`coda_spec.primitives.lower_api` (what a primitive's ``lower`` may
+use),
 below the primitives; ``coda_spec/lower/host_kernel.py`` (the scheduler and the kernel's
 assembly) runs the primitives and sits above them. It imports no primitive, no compiler, no
 torch and no triton: generation is pure text.

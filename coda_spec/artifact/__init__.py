@@ -12,7 +12,7 @@ read once into the frozen records below: :class:`Manifest`, :class:`KernelStep`,
 ``ValueError`` naming the file and the missing or mistyped entry. :class:`Field` is also the
 record the lowering declares an EpilogueArguments entry with. It imports nothing from
 ``coda_spec.lower`` or ``coda_spec.primitives`` (a test checks it): the runtime imports it. The
-build-side writer that assembles a manifest from a lowered spec is ``coda_spec.manifest``.
+build-side writer that assembles a manifest from a lowered spec is ``coda_spec.artifact.manifest``.
 
 Format history (the one record of it: ``FORMAT_VERSION``, docs/build.md and docs/runtime.md
 point here; CHANGELOG.md tells each release's change; tests/test_packaging.py checks that every
@@ -144,7 +144,8 @@ def _frozen(d) -> MappingProxyType:
 @dataclass(frozen=True)
 class Field:
     """One entry of a kernel's EpilogueArguments, fed from (or written to) a chain tensor. The
-    lowering declares it (``coda_spec.lower_api``), the manifest records it, the runtime binds
+    lowering declares it (``coda_spec.primitives.lower_api``), the manifest records it, the runtime
+    binds
     it."""
 
     name: str  # the QuACK op name (= the EpilogueArguments field)

@@ -5,14 +5,14 @@ The protocol is documented for users in docs/verification.md.
 Protocol, per chain and per shape case (real: M = 16384 at the spec's dims; ragged: M = 1000 and
 static dims nudged off the tile grid; small: M = 64; or ``--dims``):
 
-1. fresh random inputs (``coda_spec.inputs``: never zeros) from a recorded, replayable seed;
+1. fresh random inputs (``coda_spec.prove.inputs``: never zeros) from a recorded, replayable seed;
 2. every buffer a kernel writes (outputs, aux tiles, fp32 partial buffers) is poisoned with NaN
    before the launch; ``add_to`` outputs start from the (random) tensor they accumulate into,
    and a host step's ``store ... over: t`` output is ``t``'s buffer, not poisoned (it holds the
    values the step reads before writing over them);
 3. the chain runs through ``coda_spec.runtime``; ref = the spec's math in fp64 and ref_lowp =
    the low-precision pipeline (bf16 matmuls, rounding at every stored tensor), both with
-   ``coda_spec.reference`` on the same GPU and the same inputs;
+   ``coda_spec.prove.reference`` on the same GPU and the same inputs;
 4. per output: every element must be written and finite (slots a primitive leaves untouched by
    design — rows whose index is the tensor's ``ignore_index`` in a gathered output — are
    declared and excluded); ``max|out - ref| <= 2 * max|ref_lowp - ref| + floor`` with
@@ -58,15 +58,15 @@ import time
 import torch
 
 from coda_spec import ops
+from coda_spec.check.frontend import with_dims
 from coda_spec.config import config_text
 from coda_spec.dims import DimError, dynamic_dim, evaluate
-from coda_spec.equivalence import check_equivalence
 from coda_spec.errors import SpecError, ToolError
-from coda_spec.frontend import with_dims
-from coda_spec.inputs import derive_mismatches, make_grads, make_inputs
-from coda_spec.mathcheck import prove
-from coda_spec.reference import run
-from coda_spec.verify_report import Check, Report
+from coda_spec.prove.equivalence import check_equivalence
+from coda_spec.prove.inputs import derive_mismatches, make_grads, make_inputs
+from coda_spec.prove.mathcheck import prove
+from coda_spec.prove.reference import run
+from coda_spec.verify.report import Check, Report
 
 REAL_M, RAGGED_M, SMALL_M = 16384, 1000, 64
 

@@ -1,6 +1,6 @@
 """What a GEMM epilogue cannot hold whatever the tile config, for ``analyze``'s walk.
 
-Part of stage ``analyze`` (``coda_spec.analyze_steps`` calls :func:`epilogue_refusals` once a
+Part of stage ``analyze`` (``coda_spec.check.steps`` calls :func:`epilogue_refusals` once a
 kernel's pairing mode is known), so that ``coda check`` never calls valid a spec that ``coda
 build`` refuses at its lower stage. The answers are the lowering's own, asked of the same
 places, and the diagnostics are the ones the build gives, at the same item:
@@ -19,8 +19,8 @@ What depends on the config (``Primitive.supports``) is judged by the build, whic
 from __future__ import annotations
 
 from coda_spec.errors import ItemError
-from coda_spec.lower_api import NO_PACKED_PREPASS, prepass_slice
 from coda_spec.primitives.base import FP8_DTYPES, double
+from coda_spec.primitives.lower_api import NO_PACKED_PREPASS, prepass_slice
 from coda_spec.primitives.store import ADD_TO_NOT_D, PAIR_ONE_FULL
 
 

@@ -12,7 +12,8 @@ inputs from a fixed seed:
 * forward: every chain output against the ``equivalent_to`` statement that assigns it;
 * backward (a ``backward:`` section): every backward output against ``torch.autograd`` of the
   forward ``equivalent_to``, including gradients of forward intermediates
-  (``coda_spec.equivalence.check_backward``); a ``backward.recomputes`` output (a forward value
+  (``coda_spec.prove.equivalence.check_backward``); a ``backward.recomputes`` output (a forward
+  value
   the backward recomputes and stores) against that forward value.
 
 Each output gets one ``Proof``: ``proven`` (relative error <= ``RTOL``), ``mismatch`` or
@@ -24,7 +25,7 @@ An ``equivalent_to`` or ``derive`` expression that passes ``check`` but cannot b
 (shapes that do not broadcast, a float where a dim goes) raises a ``SpecError`` located at the
 failing expression (``evaluation_diag``): invalid input, exit 2, never an internal error.
 
-A passed proof also reports its coverage (``coda_spec.coverage``): the branch items (``relu``,
+A passed proof also reports its coverage (``coda_spec.prove.coverage``): the branch items (``relu``,
 ``abs``, ``clamp``, ``max``, ``min``) whose one side the drawn inputs never take, and the
 elementwise items whose deletion still passes. ``coverage_diagnostics`` makes each a located
 warning at the item, with a ``range:`` that would exercise it; warnings leave the exit status
@@ -45,12 +46,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from coda_spec.analyze import program_diag
-from coda_spec.analyze_order import unlisted_hint
+from coda_spec.check.analyze import program_diag
+from coda_spec.check.frontend import Checked, with_dims
+from coda_spec.check.order import unlisted_hint
 from coda_spec.dims import DimError, evaluate
 from coda_spec.errors import Diagnostic, SpecError
 from coda_spec.expr import ExprError, parse
-from coda_spec.frontend import Checked, with_dims
 
 M_SMALL = 48
 SHRINK = (16, 8, 4, 2, 1)  # tried in order until the spec's shape rules hold at the small dims
@@ -68,8 +69,8 @@ def small(checked: Checked, factors=SHRINK) -> Checked:
     kept at its size (the width a literal range cuts); f = 1 keeps the spec's own dims, which
     keep every relation.
     """
-    from coda_spec.coverage import relations as kept
-    from coda_spec.inputs import derive_mismatches
+    from coda_spec.prove.coverage import relations as kept
+    from coda_spec.prove.inputs import derive_mismatches
 
     relations = kept(checked)
     static = [d for d in checked.spec.dims if d.size]
@@ -154,9 +155,9 @@ class MathReport:
 def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
     """The algebra proof of one checked spec (see the module docstring); ``coverage``: when
     every output is proven, also look for the items the drawn inputs never exercise
-    (``coda_spec.coverage``; reported as warnings by :func:`coverage_diagnostics`)."""
-    from coda_spec.coverage import gaps, uncut_ranges
-    from coda_spec.equivalence import RTOL, check_backward, check_equivalence, draw
+    (``coda_spec.prove.coverage``; reported as warnings by :func:`coverage_diagnostics`)."""
+    from coda_spec.prove.coverage import gaps, uncut_ranges
+    from coda_spec.prove.equivalence import RTOL, check_backward, check_equivalence, draw
 
     start = time.perf_counter()
     spec = checked.spec

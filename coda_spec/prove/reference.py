@@ -194,7 +194,7 @@ def run(
     ``perturb`` = (section, step index, item index or None) nudges one result (mutation tests).
     ``hook(site, op, ins, results) -> results``, site = (section, step index, item index): sees
     every item's operands and results and may replace the results (the proof's coverage:
-    ``coda_spec.coverage``).
+    ``coda_spec.prove.coverage``).
     """
     prec = PRECISIONS[precision] if isinstance(precision, str) else precision
     spec = analysis.spec

@@ -18,12 +18,12 @@ import re
 
 from jsonschema import Draft202012Validator
 
+from coda_spec.check.source import Source
 from coda_spec.config import parse_config
 from coda_spec.errors import Diagnostic, SpecError, did_you_mean
 from coda_spec.primitives import item_primitives, registry
 from coda_spec.primitives.base import NAME_RE
 from coda_spec.schema import ROOT_REQUIRED, STEP_KINDS, root_properties, structure_defs
-from coda_spec.source import Source
 
 _OPAQUE: dict = {}  # steps and items are checked one by one (_check_step, _check_item)
 _TYPE_NAMES = {

@@ -35,19 +35,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coda_spec.analyze_order import backward_scope, check_outputs, order_checks, productions
-from coda_spec.analyze_programs import check_programs, program_diag
-from coda_spec.analyze_steps import StepWalker
-from coda_spec.analyze_types import StepInfo, TensorInfo
-from coda_spec.analyze_writes import check_unused
+from coda_spec.check.facts import StepInfo, TensorInfo
+from coda_spec.check.order import backward_scope, check_outputs, order_checks, productions
+from coda_spec.check.programs import check_programs, program_diag
+from coda_spec.check.source import Source
+from coda_spec.check.steps import StepWalker
+from coda_spec.check.suits import kernel_refusal
+from coda_spec.check.writes import check_unused
 from coda_spec.config import DEFAULT, KernelSizes, config_text, parse_config
 from coda_spec.dims import DimError, fold
 from coda_spec.errors import Diagnostic, SpecError, in_order
 from coda_spec.ir import Spec
 from coda_spec.primitives import registry
 from coda_spec.primitives.base import INDEX_DTYPES
-from coda_spec.source import Source
-from coda_spec.suits import kernel_refusal
 
 __all__ = ["Analysis", "StepInfo", "TensorInfo", "analyze", "program_diag"]
 
