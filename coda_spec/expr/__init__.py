@@ -39,6 +39,7 @@ FUNCTIONS = {
     "gelu": "gelu(x, approximate='tanh'|'none'); default 'none' as in torch",
     "tanh": "",
     "exp": "",
+    "erf": "the error function",
     "log": "",
     "sqrt": "",
     "rsqrt": "",

@@ -120,6 +120,7 @@ FUNCS = {
     "gelu": F.gelu,
     "tanh": torch.tanh,
     "exp": torch.exp,
+    "erf": torch.erf,
     "log": torch.log,
     "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt,

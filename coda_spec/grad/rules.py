@@ -175,11 +175,19 @@ def _d_softcap(step, op, a, res):
     return step.emit(op, "sub", [1.0, step.emit(op, "square", t)])
 
 
+def _d_erf(step, op, a, res):
+    """erf'(x) = 2 / sqrt(pi) exp(-x^2)."""
+    minus_x2 = step.emit(op, "scale", step.emit(op, "square", step.val(a)), by=-1.0)
+    return step.emit(op, "scale", step.emit(op, "exp", minus_x2), by=1.1283791670955126)
+
+
 def _gelu(step, op, g):
+    """``dgelu`` of the same form (``approximate:``, kept only where the item states it)."""
     a = op.get("gelu")
     if not step.wants(a):
         return
-    dx = step.emit(op, "dgelu", [step.mat(g), step.val(a)], grad_of=a, **_cols(op))
+    form = {} if op.get("approximate") is None else {"approximate": op.get("approximate")}
+    dx = step.emit(op, "dgelu", [step.mat(g), step.val(a)], grad_of=a, **_cols(op), **form)
     step.contribute(a, step.grad(dx))
 
 
@@ -253,6 +261,7 @@ RULES = {
     "sqrt": _unary(_d_sqrt),
     "rsqrt": _unary(_d_rsqrt),
     "exp": _unary(_d_exp),
+    "erf": _unary(_d_erf),
     "log": _unary(_d_log),
     "tanh": _unary(_d_tanh),
     "sigmoid": _unary(_d_sigmoid),

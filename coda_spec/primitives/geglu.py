@@ -1,4 +1,10 @@
-"""`geglu`: GeGLU on interleaved (gate, up) column pairs: gelu_tanh(g) * u; half as wide."""
+"""`geglu`: GeGLU on interleaved (gate, up) column pairs: gelu_tanh(g) * u; half as wide.
+
+The tanh GELU only (Gemma's and T5 v1.1's GeGLU; torch's `gelu(approximate='tanh')`), with no
+`approximate:` key as `gelu` has: its lowerings are QuACK's tanh `geglu`/`dgeglu` helpers in
+pair and packed-pair kernels, and an erf form would need pair lowerings of its own (and the
+two backward helpers), which no model family coda serves needs yet.
+"""
 
 from coda_spec.primitives._pairs import (
     gated_host,

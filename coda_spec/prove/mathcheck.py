@@ -44,7 +44,7 @@ structure (pairs, heads, tiles of the reduction) and make the run take seconds.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coda_spec.check.analyze import program_diag
 from coda_spec.check.frontend import Checked, with_dims
@@ -52,6 +52,7 @@ from coda_spec.check.order import unlisted_hint
 from coda_spec.dims import DimError, evaluate
 from coda_spec.errors import Diagnostic, SpecError
 from coda_spec.expr import ExprError, parse
+from coda_spec.primitives.gelu import FORM_HINT, other_form
 
 M_SMALL = 48
 SHRINK = (16, 8, 4, 2, 1)  # tried in order until the spec's shape rules hold at the small dims
@@ -110,6 +111,7 @@ class Proof:
     note: str = ""
     factor: float | None = None  # the output is factor x the expected value everywhere
     recomputes: str = ""  # a backward output that recomputes this forward tensor (no gradient)
+    other_gelu: bool = False  # a mismatch that equivalent_to with its gelu()s' other form proves
 
     @property
     def ok(self) -> bool:
@@ -208,12 +210,37 @@ def prove(checked: Checked, seed: int = 0, coverage: bool = True) -> MathReport:
         else:
             proofs.append(_proof("forward", c, RTOL))
     proofs += [_proof("backward", c, RTOL) for c in backward]
+    if not all(p.ok for p in proofs):
+        proofs = _gelu_form(case, sizes, drawn, proofs)
     found = ()
     if coverage and all(p.ok for p in proofs):
         found = gaps(case, sizes, drawn, seed)
     if case is not checked:
         found = uncut_ranges(checked, case) + tuple(found)
     return MathReport(spec.name, sizes, seed, tuple(proofs), time.perf_counter() - start, found)
+
+
+def _gelu_form(case: Checked, sizes: dict, drawn, proofs: list) -> list:
+    """``proofs`` with ``other_gelu`` set on each mismatch that ``equivalent_to`` proves with its
+    ``gelu(...)`` calls in the other form (tanh <-> erf; ``primitives.gelu.other_form``): the
+    chain's GELU items and the line disagree on the form, which ``diagnostics`` says."""
+    from coda_spec.prove.equivalence import RTOL, check_backward, check_equivalence
+
+    text = other_form(case.spec.equivalent_to)
+    if text is None:
+        return proofs
+    swapped = replace(case, spec=replace(case.spec, equivalent_to=text))
+    try:
+        again = check_equivalence(swapped, sizes, drawn=drawn)
+        if case.spec.backward is not None:
+            again += check_backward(swapped, sizes, drawn=drawn)
+    except ExprError:
+        return proofs  # the swapped text cannot be evaluated: no hint, the mismatch stands
+    fixed = {c.output for c in again if _proof("", c, RTOL).ok}
+    return [
+        replace(p, other_gelu=True) if p.status == "mismatch" and p.output in fixed else p
+        for p in proofs
+    ]
 
 
 PROOF_BYTES = 8 * 2**30  # what one fp64 proof may hold (CI's machine has 24 GiB, 2 cores)
@@ -364,6 +391,7 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
                         f"an error this size is a rounding, and {where} casts to {dt}: the "
                         f"proof rounds every cast, so state it in this line, e.g. {dt}(...)"
                     )
+            hint = FORM_HINT if p.other_gelu else hint
             err = ExprError(msg, assigned[p.output], 1, hint)
             out.append(program_diag(src, ("equivalent_to",), err))
             continue
@@ -378,6 +406,7 @@ def diagnostics(checked: Checked, report: MathReport) -> list[Diagnostic]:
             hint = "the backward steps compute something else than the gradient of the forward math"
             if p.factor is not None:
                 hint = "a constant factor is off: look for a missing or extra scale, sign or 1/n"
+            hint = FORM_HINT if p.other_gelu else hint
         elif not p.recomputes and p.output not in grads:
             hint = unlisted_hint(p.output)
         else:
