@@ -35,7 +35,8 @@ def _infer(tc, op, ins, tensors):
             f"softmax_row: the row width {tile.width!r} is not a static size; the row is folded "
             "inside one CTA tile, whose width is compiled in",
             "softmax_row",
-            "give the GEMM's N a size under dims: (the number of experts)",
+            "a softmax runs over a static dim: write the GEMM so that its rows (M) run over the "
+            "dynamic dim and its columns (N) over the softmax's",
         )
     return (VType("tile", tile.width),)
 
