@@ -5,7 +5,8 @@ directly: at a ragged M, at large logits (the log-add-exp fold never overflows),
 whose 128 experts share one tile of 128 columns.
 
 Builds the lead makes first (GPU-blind, any machine):
-    coda build -o build tests/specs_extra/moe_router_softmax.yaml tests/specs_extra/log_softmax_row.yaml
+    coda build -o build tests/specs_extra/moe_router_softmax.yaml \
+        tests/specs_extra/log_softmax_row.yaml
 """
 
 from __future__ import annotations
