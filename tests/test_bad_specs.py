@@ -47,6 +47,12 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "schema_bad_dim_value": [(4, 11, "'dynamc' is not allowed here; did you mean 'dynamic'?")],
     "schema_bad_dtype": [(7, 31, "fp8_e4m3, fp8_e5m2; did you mean 'bf16'?")],
     "schema_bad_finalize_op": [(14, 16, "did you mean 'rsqrt_mean'?")],
+    "softmax_row_tile_too_narrow": [
+        (13, 9, "GEMM N = 128 must divide tile_N = 64; build it at tile_N = 128 (e.g. configs")
+    ],
+    "softmax_row_wider_than_tile": [
+        (12, 9, "no sm90 tile_N (a multiple of 16 up to 256) is a multiple of 384")
+    ],
     "gemm_fp8_default_config": [
         (26, 11, "built at 128x256,cluster=2x1,cooperative,cstages=2 (the default config"),
         (38, 11, "list configs: that suit this kernel first"),

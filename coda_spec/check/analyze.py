@@ -202,6 +202,11 @@ def analyze(src: Source, spec: Spec) -> Analysis:
     return Analysis(spec, tuple(all_tensors), steps, bsteps, tuple(warnings))
 
 
+GENERIC_CONFIG_HINT = (
+    "list configs: that suit this kernel first, e.g. configs: ['128x128,cluster=2x1,cooperative']"
+)
+
+
 def _fallback_refusals(src, spec, infos, prims, diags) -> None:
     """What ``coda build`` with no ``--config`` refuses at its fallback config (the spec's first
     ``configs:`` entry, else ``coda_spec.config.DEFAULT``), located as the build locates it, so
@@ -224,12 +229,13 @@ def _fallback_refusals(src, spec, infos, prims, diags) -> None:
             continue
         at, why = refused
         what = "the gemm" if at is step.gemm else f"'{at.prim}'"
+        # a reason that says itself which configs: entry suits (or that none does) has no hint
+        hint = "" if "configs:" in why else GENERIC_CONFIG_HINT
         diags.append(
             src.diag(
                 at.loc.path,
                 f"{what} cannot be built at {config_text(config.key())} ({where}, which "
                 f"coda build uses without --config): {why}",
-                "list configs: that suit this kernel first, e.g. configs: "
-                "['128x128,cluster=2x1,cooperative']",
+                hint,
             )
         )

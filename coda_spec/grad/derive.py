@@ -210,6 +210,14 @@ class Derivation:
                     "write this kernel's backward by hand (a host step over the incoming "
                     "gradient can hold whole heads)",
                 )
+            if op.prim == "softmax_row":
+                raise Unsupported(
+                    f"kernel '{p.name}': a row softmax: its backward y * (dy - rowsum(dy * y)) "
+                    "needs a row dot of the incoming gradient before the same epilogue can use it",
+                    op.loc,
+                    "write this kernel's backward by hand in a backward: section (a reduce_row "
+                    "dot of dy and y, a finalize sum, then y * (dy - dot) in a host step)",
+                )
         placements = []
         cons = self.consumers(p)
         if len(cons) > 1:

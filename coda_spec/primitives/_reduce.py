@@ -141,7 +141,33 @@ STAT_INPUT = {
     "dot": "{a} * {b}",
     "max": "{x}",
     "absmax": "cute.math.abs({x})",
+    "logsumexp": "{x}",
 }
+# How a GroupStat folds each statistic (``coda_spec.lower.quack_ops.group_stat``'s combines).
+STAT_COMBINE = {"max": "max", "absmax": "max", "logsumexp": "lse"}
+
+
+def whole_row_refusal(config, sizes, what: str) -> str | None:
+    """Why ``config`` cannot fold a statistic over whole rows of the kernel (``sizes.width``
+    columns) inside one CTA tile, or None: QuACK's prepass groups must divide both GEMM N and
+    tile_N, so N must divide tile_N (a tile then holds whole rows, and a tile's columns past
+    N form groups of their own, never mixed into a row's statistic). A dynamic N (width 0) is
+    ``infer``'s to refuse. ``what`` names the item in the reason."""
+    n, tile_n = sizes.width, config.tile_n
+    if not n or tile_n % n == 0:
+        return None
+    why = f"{what} needs each row in one CTA tile: GEMM N = {n} must divide tile_N = {tile_n}"
+    # sm90 MMA atoms are at most 256 columns wide (a 128x384 tile fails in CuTe DSL's
+    # MmaF16BF16Op, measured 2026-12), so only tiles up to 256 columns are suggested
+    fits = [t for t in range(n, 257, n) if t % 16 == 0]
+    if not fits:
+        return (
+            f"{why}, and no sm90 tile_N (a multiple of 16 up to 256) is a multiple of {n}, so "
+            "no configs: entry holds a row; store the row and reduce it with reduce_row and a "
+            "finalize step"
+        )
+    config_text = f"128x{fits[0]},cluster=2x1,cooperative"
+    return f"{why}; build it at tile_N = {fits[0]} (e.g. configs: ['{config_text}'])"
 
 
 def folds(kind: str, of, over: str) -> str:
@@ -161,11 +187,12 @@ def statistic_inputs(op) -> tuple:
     return tuple(of) if isinstance(of, list) else (of,)
 
 
-def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int]:
+def group_stat(lc, op, kind: str, name: str, tensor: str, of=None) -> tuple[str, str, int]:
     """Declare a per-(row, group) statistic folded in the kernel's prepass (QuACK's acc prepass
-    with coda's ``GroupStat``): its input is computed in the prepass fn from ``op``'s ``of``
-    (re-emitting the values it reads there), and the main fn gets a parameter ``name`` carrying
-    the finalized statistic. Returns (parameter, module-level op object, group width)."""
+    with coda's ``GroupStat``): its input is computed in the prepass fn from ``of`` (default:
+    ``op``'s ``of``; re-emitting the values it reads there), and the main fn gets a parameter
+    ``name`` carrying the finalized statistic. Returns (parameter, module-level op object, group
+    width)."""
     if lc.mode == "packed_cd_b16x2":
         raise lc.error(*NO_PACKED_PREPASS)
     group = op.get("group")
@@ -180,7 +207,7 @@ def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int
         )
     if lc.has_operand(name):
         raise lc.error(f"'{name}' is already an operand of this kernel")
-    of = op.get("of")
+    of = op.get("of") if of is None else of
     if kind == "dot":
         a, b = (lc.prepass_value(x).expr for x in of)
         expr = STAT_INPUT[kind].format(a=a, b=b)
@@ -189,7 +216,7 @@ def group_stat(lc, op, kind: str, name: str, tensor: str) -> tuple[str, str, int
     if kind == "absmax":
         lc.use("cute")
     lc.prepass_input(op, name, expr)
-    combine = "max" if kind in ("max", "absmax") else "add"
+    combine = STAT_COMBINE.get(kind, "add")
     kw = {"combine": combine} if combine != "add" else {}
     if kind in ("mean", "meansq"):
         kw["mean"] = True

@@ -6,6 +6,11 @@ This is how a per-head RMSNorm (QK-norm) runs inside the QKV GEMM: the prepass s
 be complete within one CTA tile, so ``group`` (default: the whole row) must divide tile_N; that
 config rule is checked by ``supports()`` at build time. The result is a ``group`` value: one number
 per (row, group), broadcast over the group's columns.
+
+``logsumexp`` is the row's (or group's) ``log(sum(exp(x)))``, folded in one pass as QuACK folds
+a max (``GroupStat``'s ``"lse"`` combine): ``exp(x - lse)`` is then a softmax in the same
+epilogue, which ``softmax_row`` spells in one item. A whole-row statistic needs GEMM N to divide
+tile_N, which is what QuACK's prepass geometry asks.
 """
 
 from coda_spec.errors import ItemError
@@ -26,7 +31,7 @@ from coda_spec.primitives.base import (
     need_tile,
 )
 
-OPS = ("sum", "sumsq", "mean", "meansq", "max", "absmax")
+OPS = ("sum", "sumsq", "mean", "meansq", "max", "absmax", "logsumexp")
 
 
 def _infer(tc, op, ins, tensors):
@@ -78,7 +83,7 @@ PRIMITIVE = Primitive(
     name="prepass",
     family=STATEFUL,
     summary="Per-row (or per-`group`) statistic of a tile, usable later in the same epilogue: "
-    "sum, sumsq, mean, meansq, max, absmax.",
+    "sum, sumsq, mean, meansq, max, absmax, logsumexp.",
     example="- {prepass: meansq, of: acc, group: head_dim, as: ms}",
     schema=item_schema(
         "prepass", {"enum": list(OPS)}, {"of": VALUE_REF, "group": DIM_REF}, required=("of",)
