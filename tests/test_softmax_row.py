@@ -14,9 +14,9 @@ import math
 
 import pytest
 
+from coda_spec.check.frontend import check_file
 from coda_spec.config import DEFAULT, BuildConfig, KernelSizes, parse_config
 from coda_spec.errors import SpecError
-from coda_spec.frontend import check_file
 from coda_spec.lower.module import lower_spec
 from coda_spec.primitives._reduce import whole_row_refusal
 from tests.conftest import ROOT, checked_text
