@@ -23,7 +23,7 @@
 # kept the build commands of their runs in their headers: `git show 6a63246:benchmarks/NAME.sh`.
 #
 # The phase table: NAME | about how long | what it runs (the former script it replaces).
-PHASES="gates|4-7 min|pytest tests/gpu (GPU_TESTS: files, default tests/gpu; GPU_K: -k) (formerly issue11_device.sh gates, issue18_device.sh gates, device_gates.sh, runtime_device.sh gates)
+PHASES="gates|4-7 min|pytest tests/gpu (GPU_TESTS: files, default tests/gpu; GPU_K: -k; GATES_ROOT: an older checkout run against the same builds) (formerly issue11_device.sh gates, issue18_device.sh gates, device_gates.sh, runtime_device.sh gates)
 verify|2-7 min|coda verify of VERIFY_BUILDS (default every build/*-latest) in one process, junit (formerly runtime_device.sh verify, device_gates.sh)
 verify-each|1-9 min|coda verify of each of VERIFY_BUILDS in its own process, VERIFY_EACH_S (90) each, a stack dump on time-out (formerly verify_each.sh, issue11_device.sh verify, issue18_device.sh verify)
 host-overhead|1-3 min|benchmarks/host_overhead.py of f2, rmsnorm_chain, b4, llama_block; before/after twice when .old/ holds the old runtime (formerly issue18_device.sh overhead)
@@ -151,9 +151,14 @@ nsight() {  # nsight NAME SECONDS PROFILE-ARGS...: Nsight Compute of coda's NVTX
 }
 
 # -- the phases ------------------------------------------------------------------------------
-phase_gates() {
+phase_gates() {  # GATES_ROOT: an older checkout (git worktree add .old-tree COMMIT; carry it)
+  local root=${GATES_ROOT:-.}
+  [ "$root" = . ] || ln -sfn "$PWD/build" "$root/build"  # the same builds: before/after a change
+  # the checkout's own package first (setup.sh put this root's on PYTHONPATH)
   # shellcheck disable=SC2086
-  gpu_tests gpu-tests.log "${GPU_TESTS_S:-420}" -rA ${GPU_TESTS:-tests/gpu} ${GPU_K:+-k "$GPU_K"}
+  (cd "$root" && PYTHONPATH=$PWD:$PYTHONPATH gpu_tests \
+    "gpu-tests${GATES_ROOT:+-$(basename "$root")}.log" "${GPU_TESTS_S:-420}" -rA \
+    ${GPU_TESTS:-tests/gpu} ${GPU_K:+-k "$GPU_K"})
 }
 phase_verify() {
   # shellcheck disable=SC2046,SC2086
