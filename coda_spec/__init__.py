@@ -1,9 +1,12 @@
 """coda: a declarative fusion-spec compiler for GEMM epilogues on Hopper (sm_90a).
 
 The layer map has one home: the import contract in ``pyproject.toml`` (``[tool.importlinter]``,
-checked in CI), drawn in docs/architecture.md. ``import coda_spec`` is cheap: it imports neither
-torch nor cutlass/quack. ``coda_spec.load`` (the runtime, ``coda_spec.runtime``) needs torch,
-tvm_ffi and libcute_dsl_runtime.so, never the compiler.
+checked in CI), drawn in docs/architecture.md, "Layers" (``tests/test_docs.py`` checks that the
+two agree); a module's docstring points there rather than restating it.
+
+``import coda_spec`` is cheap: it imports neither torch nor cutlass/quack. ``coda_spec.load``
+(the runtime, ``coda_spec.runtime``) needs torch, tvm_ffi and libcute_dsl_runtime.so, never the
+compiler.
 """
 
 __version__ = "0.1.0"

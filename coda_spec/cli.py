@@ -81,7 +81,7 @@ def _report(exc: BaseException, where=None) -> int:
 
 
 def _spec_files(paths, exclude) -> list[Path]:
-    """``source.spec_files``, or exit 2 naming the folder that holds no spec."""
+    """``check.source.spec_files``, or exit 2 naming the folder that holds no spec."""
 
     try:
         return spec_files(paths, exclude)
@@ -283,7 +283,7 @@ def _need_torch(command: str, why: str) -> None:
 
 
 def _prover():
-    """``mathcheck.prove``, or exit 1 with how to install torch (``--math`` needs it)."""
+    """``prove.mathcheck.prove``, or exit 1 with how to install torch (``--math`` needs it)."""
     _need_torch("coda check --math", "the CPU build is enough")
 
     return prove

@@ -14,7 +14,7 @@ imports torch: ``coda check`` stays torch-free (tests/test_robustness.py's
 it always did in modules that need torch anyway.
 
 Which dtypes a tensor may declare is the schema's and the checker's business (fp8 is a store
-dtype, and an input dtype for GEMM operands only, see ``analyze_steps``); the primitives'
+dtype, and an input dtype for GEMM operands only, see ``check.steps``); the primitives'
 ``DTYPES``/``INDEX_DTYPES``/``MASK_DTYPES``/``FP8_DTYPES`` are the same names grouped by
 ``kind``.
 

@@ -6,7 +6,7 @@ Contract
 op, holding its name, which reductions' partials it may fold, how those partials combine across
 tiles, its value over nothing, whether it takes ``n`` and ``eps``, and its arithmetic twice, as
 torch (the reference) and as Triton text. Everything that knows an op reads its row: the schema
-(the op names), ``analyze_steps`` (which reduction an op may fold, where ``n`` and ``eps`` apply),
+(the op names), ``check.steps`` (which reduction an op may fold, where ``n`` and ``eps`` apply),
 the primitives' reductions (``primitives/_reduce.py``: a partial's fold), the reference
 (:func:`fold`), the generated finalize kernels (``lower/finalize_kernel.py``) and host kernels
 that fold a finalize (``lower/host_kernel.py``). ``tests/test_finalize_table.py`` checks that

@@ -1,8 +1,9 @@
 """The one stage table: coda's pipeline as named stages, what each produces and keeps.
 
-Layer map
----------
-Pure data; imports nothing of coda's. Its readers:
+Pure data; imports nothing of coda's. Where this sits: docs/architecture.md, Layers.
+
+Readers
+-------
 
 * ``coda_spec.check.frontend.run_stages`` runs the check stages (``load`` .. ``analyze``) in this
   order, one function per row, and stops after the one asked for;

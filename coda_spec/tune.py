@@ -1,12 +1,10 @@
 """``coda tune``: measure which tile-config variant of each kernel is fastest, per shape, and
 keep the pick in a tune file the runtime reads (docs/tuning.md).
 
-Layer map: cli -> tune -> {bench.driver (dims rules: ``plan``, ``at_dims``), bench.timing (the
-method), runtime (``Chain.with_variants``, ``steps_fn``), inputs}; and runtime -> tune_table (the
-table reader). This module imports only json/pathlib/dataclasses and the light
-``coda_spec.config`` / ``coda_spec.errors`` at import time, so the runtime can read tune files
-without pulling torch-heavy or compiler modules; everything that times imports inside its
-function body.
+The dims rules (``plan``, ``at_dims``) are ``coda_spec.bench.driver``'s, the timing method
+``coda_spec.bench.timing``'s, the variant a chain is forced to ``Chain.with_variants``; the tune
+file's reader is ``coda_spec.artifact.tune_table`` (the runtime reads tables through it, never
+through this module). Where this sits: docs/architecture.md, Layers.
 
 Why: a format-4 build compiles each kernel at several candidate configs (``coda build --config
 A;B;C`` or ``auto``), and no single config wins everywhere (docs/benchmarks.md). The build

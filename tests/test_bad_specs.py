@@ -90,7 +90,7 @@ EXPECT: dict[str, list[tuple[int, int, str]]] = {
     "schema_derive_indent": [
         (15, 3, "tensors.derive: 'derive' is at the level of tensor names"),
     ],
-    # -- names and order (coda_spec.check.analyze / analyze_steps) ---------------------------------
+    # -- names and order (coda_spec.check.analyze / check.steps) ----------------------------------
     "sem_duplicate_writer": [(17, 26, "'h' is already written by step 'proj_a' (line 10)")],
     "sem_link_cycle": [(9, 5, "link cycle: step_a -> step_b -> step_a (through 'b_out')")],
     "sem_read_before_write": [

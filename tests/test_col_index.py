@@ -1,8 +1,8 @@
 """The `col_index` primitive: the global column index as a value, in GEMM epilogues and host steps.
 
 ``col_index`` (``coda_spec/primitives/col_index.py``) is the kernel's column table itself (a
-``RowVecLoad`` the runtime fills, ``lower_api.LowerCtx.columns``); in a host step the column of
-each lane. The tests:
+``RowVecLoad`` the runtime fills, ``primitives.lower_api.LowerCtx.columns``); in a host step the
+column of each lane. The tests:
 
 * Validation: the operand must be a tile as wide as the step; a packed kernel is refused at the
   item by ``coda check``.

@@ -397,3 +397,106 @@ def test_the_architecture_map_is_the_import_contract():
         "layers"
     ]
     assert doc == [names(layer) for layer in layers]
+
+
+def _sccs(edges: dict) -> list:
+    """The strongly connected components of more than one node of ``{node: {node, ...}}``
+    (Tarjan's, iterative): each is a set of units that reach one another, a cycle."""
+    index, low, stack, on, found, n = {}, {}, [], set(), [], 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = n
+        n += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = n
+                    n += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(edges[w])))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(comp)
+    return found
+
+
+def import_graph_figures() -> dict:
+    """The import graph's figures, from the code: flat modules, packages, cycles (grimp's graph
+    of every import statement, function-level ones included) and the largest class (ast)."""
+    import ast
+
+    import grimp
+
+    pkg = ROOT / "coda_spec"
+    graph = grimp.build_graph("coda_spec", cache_dir=None)
+    modules = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    modules = {m: {i for i in imported if i in modules} for m, imported in modules.items()}
+
+    def top(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    units: dict = {}
+    for m, imported in modules.items():
+        units.setdefault(top(m), set()).update(top(i) for i in imported if top(i) != top(m))
+    classes = [
+        (node.end_lineno - node.lineno + 1, f"{path.relative_to(pkg)} {node.name}")
+        for path in sorted(pkg.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+    ]
+    lines, name = max(classes)
+    return {
+        "flat modules in coda_spec/ (without __init__)": (
+            len([p for p in pkg.glob("*.py") if p.stem != "__init__"]),
+            "",
+        ),
+        "packages in coda_spec/": (len([p for p in pkg.glob("*/__init__.py")]), ""),
+        "cycles between coda_spec.<top> units": (len(_sccs(units)), ""),
+        "cycles between modules": (len(_sccs(modules)), ""),
+        "largest class, lines": (lines, name),
+    }
+
+
+def test_the_import_graph_figures_are_current():
+    """docs/architecture.md's "Import graph" figures equal the ones computed from the code; its
+    package map names the packages and the flat modules there are. "Arrows pointing back up"
+    is lint-imports' (tests/test_lower_api.py::test_import_contract_holds): it stays 0."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Import graph", 1)[1].split("```", 2)[1]
+    doc = {}
+    for line in block.strip().splitlines():
+        label, number, *note = re.split(r"\s{2,}", line.strip())
+        doc[label] = (int(number), note[0] if note else "")
+    assert doc.pop("arrows pointing back up")[0] == 0
+    assert _sccs({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]  # counts
+    figures = import_graph_figures()
+    assert {k: v[0] for k, v in doc.items()} == {k: v[0] for k, v in figures.items()}
+    largest = figures["largest class, lines"][1]
+    assert doc["largest class, lines"][1] == largest, largest
+    pkg = ROOT / "coda_spec"
+    layout = text.split("## Layers", 1)[1].split("```", 2)[1]
+    named = set(re.findall(r"^coda_spec/(\w+)/|\s{2}coda_spec/(\w+)/", layout, flags=re.M))
+    assert {a or b for a, b in named} == {p.parent.name for p in pkg.glob("*/__init__.py")}
+    flat = re.sub(r"\([^)]*\)", "", layout.split("\nflat", 1)[1])  # "__init__ (load, op)"
+    listed = {w.strip() for w in flat.split(",")}
+    assert listed == {p.stem for p in pkg.glob("*.py")}

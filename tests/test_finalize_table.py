@@ -1,7 +1,7 @@
 """``coda_spec.finalize.TABLE`` is the one home of the finalize ops: every reader agrees with it.
 
 For each op: the schema and docs/spec-language.md name the same ops and reductions; the typing
-checks (``analyze_steps``) accept exactly the reductions, ``n`` and ``eps`` its row allows; the
+checks (``check.steps``) accept exactly the reductions, ``n`` and ``eps`` its row allows; the
 reference folds a reduction over nothing (M = 0 rows) to the documented value (docs/runtime.md:
 sums and means 0, rsqrt_mean rsqrt(eps), max and logsumexp -inf); the generated finalize kernel
 folds its tiles from the row's identity with the row's fold and inserts the row's Triton text;

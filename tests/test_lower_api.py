@@ -3,7 +3,7 @@
 their resource methods.
 
 Import contract (one way): ``lower.module`` / ``lower.emit`` / ``lower.host_kernel`` ->
-``primitives`` -> ``lower_api`` | ``host_api``.
+``primitives`` -> ``primitives.lower_api`` | ``primitives.host_api``.
 Checked over every ``import`` statement, function-level ones included (a function-level import
 hides a cycle from a module-level check, which is how the old ``primitives -> lower.emit``
 imports went unnoticed). The project-wide contract is import-linter's, in pyproject.toml

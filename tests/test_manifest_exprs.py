@@ -7,7 +7,7 @@
 * Re-sizing without re-lowering is exact: for every bundled spec, the manifest written at the
   declared dims (``tests.test_verify_cpu.fake_manifest``: the real writer, fabricated compile
   records), evaluated at verify's ragged dims, equals a fresh lowering at those dims -- and so
-  does ``verify.resized_manifest``, which lowers nothing.
+  does ``verify.run.resized_manifest``, which lowers nothing.
 * The layers: ``coda_spec.artifact`` (the format the runtime reads) and ``coda_spec.verify``
   import nothing from ``coda_spec.lower``; the artifact nothing from ``coda_spec.primitives``.
 """

@@ -2,8 +2,8 @@
 numbers, the LM-head cross-entropy backward spec, and its sm_90a build.
 
 ``onehot`` (``coda_spec/primitives/onehot.py``) lowers through the kernel's column table (a
-``RowVecLoad`` the runtime fills: ``lower_api.LowerCtx.columns``) and the index as a per-row
-fp32 value; these tests check every layer that file feeds:
+``RowVecLoad`` the runtime fills: ``primitives.lower_api.LowerCtx.columns``) and the index as a
+per-row fp32 value; these tests check every layer that file feeds:
 
 * Reference: 1 at column ``index[m]``, all zero on ignored and out-of-range rows.
 * Validation: a non-integer index is one located error; so is a packed kernel, which ``coda

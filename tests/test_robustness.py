@@ -223,7 +223,7 @@ steps:
 outputs: {y: bf16, rs: fp32}
 """
 for _id, _head, _group in [
-    ("dynamic", b"dynamic", b"head_dim"),  # a dynamic group (crashed analyze_steps: int // str)
+    ("dynamic", b"dynamic", b"head_dim"),  # a dynamic group (crashed check.steps: int // str)
     ("dynamic_dim", b"128", b"M"),
     ("div_by_zero", b"128", b"'D/0'"),
     ("zero", b"128", b"'head_dim-128'"),

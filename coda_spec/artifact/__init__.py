@@ -4,7 +4,7 @@ A manifest is the complete calling contract of a built chain; the runtime reads 
 (plus the cubins and the library it names). Format version ``FORMAT_VERSION``; readers accept the
 versions in ``READABLE_FORMATS`` and refuse others ("rebuild with this coda").
 
-Layer map: this module is the format, read side: the version, :func:`read_manifest` (the JSON
+This module is the format, read side: the version, :func:`read_manifest` (the JSON
 read once into the frozen records below: :class:`Manifest`, :class:`KernelStep`,
 :class:`Variant`, :class:`Field`, :class:`HostStep`, :class:`FinalizeStep`, :class:`Launch`),
 :func:`write_manifest`, and the shape evaluation (:func:`shape_fn`, :func:`eval_shape`). Readers

@@ -1,10 +1,10 @@
 """Build side of the artifact: the writer of ``manifest.json`` (stage ``manifest`` of a build).
 
-Layer map: ``coda_spec.build`` calls :func:`make_manifest` with the checked spec, the lowering's
-call description (``lowered.json``'s data), the compile records and the compiled host steps and
-finalizes; ``coda_spec.artifact`` owns the format itself (version, read, write, shape
-evaluation) and is all the runtime reads. This module may import the front end's results and the
-primitive registry; ``coda_spec.artifact`` and ``coda_spec.runtime`` import nothing from here.
+``coda_spec.build`` calls :func:`make_manifest` with the checked spec, the lowering's call
+description (``lowered.json``'s data), the compile records and the compiled host steps and
+finalizes. The format itself (version, read, write, shape evaluation) is ``coda_spec.artifact``'s,
+and it is all the runtime reads: this module may use the front end's results and the primitive
+registry, and the deploy side imports nothing from here (import-linter's forbidden contract).
 
 Contract (format ``artifact.FORMAT_VERSION``, documented in ``coda_spec.artifact``): every shape
 the manifest records -- ``inputs``, ``outputs``, ``tensors``, ``grads_in``,

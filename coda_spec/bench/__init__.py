@@ -1,6 +1,6 @@
 """``coda bench``: built chains timed against cuBLAS speed of light and unfused baselines.
 
-Layer map (each module points only down this list):
+The modules:
 
 * ``command``   -- what the CLI's arguments mean: timing mode or results mode, outputs, exit codes;
 * ``driver``    -- per chain and shape: dims, inputs, candidates, agreement check, timing; needs

@@ -1,11 +1,10 @@
 """The unfused baselines ``coda bench`` times each chain against: the contract, the
 ``equivalent_to`` fallback, and the catalogue's baselines found in the source checkout.
 
-Layer map: cli -> bench.driver -> bench.baselines -> {frontend (``Checked``), expr + expr_eval
-(the ``equivalent_to`` fallback)}; torch at import. The catalogue's own baselines -- one eager
-PyTorch function per bundled spec, and the Liger Kernel ones -- are not part of the installed
-package: they live next to the benchmarks, in the repository's ``benchmarks/baselines/``
-(what they are and why: its ``__init__``), found by :func:`catalogue`.
+Imports torch at import time. The catalogue's own baselines -- one eager PyTorch function per
+bundled spec, and the Liger Kernel ones -- are not part of the installed package: they live next
+to the benchmarks, in the repository's ``benchmarks/baselines/`` (what they are and why: its
+``__init__``), found by :func:`catalogue`.
 
 Contract
 --------

@@ -1,8 +1,7 @@
 """``coda bench``: time built chains against cuBLAS speed of light and unfused baselines.
 
-Layer map: cli -> bench.driver -> {bench.timing, bench.roofline, bench.baselines, bench.model}
--> {runtime (its plan re-sizes a build), suits, inputs, frontend}. Like verify, bench never compiles
-coda kernels: it loads a build (``coda_spec.runtime``) and runs it at the asked dims.
+Like verify, bench never compiles coda kernels: it loads a build (``coda_spec.runtime``) and runs
+it at the asked dims (re-sized by ``coda_spec.ops.resized``).
 
 Per chain and per shape (``--m`` for the dynamic dim, ``--dims`` / ``--width`` for static ones):
 

@@ -22,7 +22,7 @@ cap they spread from 599 to 685 TFLOP/s. So a candidate is timed the way the ste
   stream runs; samples in the lead-in are dropped. Per candidate, over every round: the median
   clock and the mean power; energy per call (J) is mean power x median time per call
   (``model.derived``), where the board reports power. Sources: NVML through ``pynvml`` where it
-  imports (:class:`NvmlSampler`), else ``nvidia-smi -lms 50`` (:class:`SmiSampler`), else none
+  imports (:func:`nvml_sampler`), else ``nvidia-smi -lms 50`` (:class:`SmiSampler`), else none
   (:class:`NullSampler`: clocks and power are reported as unknown, never guessed).
 
 **The isolated ruler** (``--isolated``, unchanged): one call per sample, each after an L2 flush

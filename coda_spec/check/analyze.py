@@ -14,21 +14,12 @@ accumulator shape, the pairing mode (``plain``, ``acc_pair`` for adjacent-column
 ``packed_pair`` for 16-bit pairs twice the accumulator's width) and each epilogue value's kind
 (``StepInfo``).
 
-Layer map
----------
-Each module below imports only the ones under it (never one beside or above it)::
-
-    analyze           this driver: the declared inputs, then each section's checks in order
-    analyze_order     chain level: producers, use before produce, link cycles, backward scope,
-                      the outputs
-    analyze_steps     per-step typing (StepWalker): each item through its primitive's ``infer``
-    analyze_lowering  what a GEMM epilogue cannot hold whatever the config (the lowering's own
-                      refusals: a pairing mode, a statistic's input), so check agrees with build
-    analyze_programs  derive / equivalent_to: expression errors located in the YAML
-    analyze_types     the facts (TensorInfo, StepInfo) and the context ``infer`` sees (TypeCtx)
-
-``Analysis``, ``TensorInfo``, ``StepInfo`` and ``program_diag`` are importable from here, as
-before the split.
+This module is the driver: the declared inputs, then each section's checks in order. The checks
+live in the modules it drives: ``check.order`` (chain level), ``check.steps`` (the typing walk),
+``check.writes``, ``check.lowering`` (what no GEMM epilogue can hold, so check agrees with build)
+and ``check.programs`` (``derive`` / ``equivalent_to``); the facts are ``check.facts``'s.
+``Analysis``, ``TensorInfo``, ``StepInfo`` and ``program_diag`` are importable from here. Where
+this sits: docs/architecture.md, Layers.
 """
 
 from __future__ import annotations

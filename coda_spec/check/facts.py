@@ -1,12 +1,10 @@
 """The facts ``analyze`` records, and what a primitive's ``infer`` may ask about its step.
 
-Part of stage ``analyze`` (layer map in ``coda_spec.check.analyze``): ``TensorInfo`` (one chain
-tensor:
-folded shape, dtype, producer), ``StepInfo`` (one step: reads, writes, accumulator shape, pairing
-mode, the kind of each epilogue value), ``Partial`` (a reduction partial's facts, read by name)
-and ``TypeCtx``, the context handed to each primitive's ``infer``. Pure data and tiny helpers
-shared by the typing walk (``analyze_steps``) and the chain-level checks (``analyze_order``);
-imports no other analyze module.
+Part of stage ``analyze``: ``TensorInfo`` (one chain tensor: folded shape, dtype, producer),
+``StepInfo`` (one step: reads, writes, accumulator shape, pairing mode, the kind of each epilogue
+value), ``Partial`` (a reduction partial's facts, read by name) and ``TypeCtx``, the context handed
+to each primitive's ``infer``. Pure data and tiny helpers shared by the typing walk
+(``check.steps``) and the chain-level checks (``check.order``); imports no other analyze module.
 """
 
 from __future__ import annotations

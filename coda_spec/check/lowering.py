@@ -9,7 +9,7 @@ places, and the diagnostics are the ones the build gives, at the same item:
   pairing mode (``Primitive.epilogue_refusal``, from its ``lower`` and ``no_mode``);
 * a per-(row, group) statistic (``Primitive.prepass_of``: ``prepass``, a grouped
   ``reduce_row``) in a packed kernel, which QuACK's prepass refuses, or one whose input
-  depends on an item the prepass fn cannot re-compute (``lower_api.prepass_slice``);
+  depends on an item the prepass fn cannot re-compute (``primitives.lower_api.prepass_slice``);
 * a full-width store after the kernel's first (D) that accumulates (``add_to``), or any in an
   acc_pair kernel (``primitives/store.py``'s rule, :class:`_StoreOrder`).
 

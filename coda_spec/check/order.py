@@ -1,13 +1,12 @@
 """Chain-level checks for ``analyze``: who writes each name, and when, and what leaves.
 
-Part of stage ``analyze`` (layer map in ``coda_spec.check.analyze``). Over a section's steps
-(forward,
-or backward): duplicate producers, names that shadow inputs, use before produce and link
-cycles (``order_checks``); the names a backward section starts from -- saved forward tensors and
-incoming gradients, whose direction is declared, never inferred (``backward_scope``); and the
-outputs: written, not a chain input, not a raw reduction partial, of the declared dtype
-(``check_outputs``). Typing each step is ``analyze_steps``'s job; these checks need only which
-names each step reads and writes (``productions``, ``consumptions``).
+Part of stage ``analyze``. Over a section's steps (forward, or backward): duplicate producers, names
+that shadow inputs, use before produce and link cycles (``order_checks``); the names a backward
+section starts from -- saved forward tensors and incoming gradients, whose direction is declared,
+never inferred (``backward_scope``); and the outputs: written, not a chain input, not a raw
+reduction partial, of the declared dtype (``check_outputs``). Typing each step is ``check.steps``'s
+job; these checks need only which names each step reads and writes (``productions``,
+``consumptions``).
 """
 
 from __future__ import annotations

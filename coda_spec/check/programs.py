@@ -1,11 +1,11 @@
 """Expression-program diagnostics for ``analyze``: ``derive`` and ``equivalent_to``.
 
-Part of stage ``analyze`` (layer map in ``coda_spec.check.analyze``). The programs are parsed and
-name-checked by ``coda_spec.expr``; this module turns each ``ExprError`` (a line and column
-inside the program text) into a diagnostic at the right place in the YAML file -- a block scalar
-starts on the next line, a quoted string one column in (``program_diag``, also used by
-``coda_spec.prove.mathcheck``) -- and explains the common mistakes: a call to an unknown function
-reported once, not twice; a chain intermediate used where only inputs exist.
+Part of stage ``analyze``. The programs are parsed and name-checked by ``coda_spec.expr``; this
+module turns each ``ExprError`` (a line and column inside the program text) into a diagnostic at the
+right place in the YAML file -- a block scalar starts on the next line, a quoted string one column
+in (``program_diag``, also used by ``coda_spec.prove.mathcheck``) -- and explains the common
+mistakes: a call to an unknown function reported once, not twice; a chain intermediate used where
+only inputs exist.
 """
 
 from __future__ import annotations

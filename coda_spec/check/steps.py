@@ -1,12 +1,11 @@
 """Per-step typing for ``analyze``: walk kernels, host steps and finalizes in order.
 
-Part of stage ``analyze`` (layer map in ``coda_spec.check.analyze``). Each epilogue item is typed by
-its primitive's ``infer`` (dispatch on ``op.prim`` via the registry, operands resolved through
-the primitive's declared ports, ``TypeCtx`` from ``analyze_types``). The walker tracks which
-chain tensors exist at each point, which have been consumed in place (``add_to``), and which
-reduction partials still wait for a finalize; what it produces are ``TensorInfo``/``StepInfo``
-records (``analyze_types``). The 16-byte TMA row rule reads element sizes from the one dtype
-table (``coda_spec.dtypes``).
+Part of stage ``analyze``. Each epilogue item is typed by its primitive's ``infer`` (dispatch on
+``op.prim`` via the registry, operands resolved through the primitive's declared ports, ``TypeCtx``
+from ``check.facts``). The walker tracks which chain tensors exist at each point, which have been
+consumed in place (``add_to``), and which reduction partials still wait for a finalize; what it
+produces are ``TensorInfo``/``StepInfo`` records (``check.facts``). The 16-byte TMA row rule reads
+element sizes from the one dtype table (``coda_spec.dtypes``).
 """
 
 from __future__ import annotations

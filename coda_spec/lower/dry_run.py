@@ -8,7 +8,7 @@ config) and every host step's Triton kernel (``lower.host_kernel.host_kernel``) 
 their located refusals; nothing is compiled and nothing is written (pure text, no torch, Triton,
 QuACK or cutlass import: ``tests/test_robustness.py`` keeps ``check`` free of them).
 
-The front end's own walk (``analyze_lowering``) answers most of these first, with the same
+The front end's own walk (``check.lowering``) answers most of these first, with the same
 messages; this is the net under it, for refusals the walk does not re-state (a host body the
 scheduler cannot place, a primitive without a host lowering). What only QuACK's compile can
 refuse is the build's; ``tests/test_check_build_agree.py`` builds a sample of specs fully so

@@ -1,17 +1,13 @@
 """Stage ``lower`` (per finalize step): a finalize -> ONE Triton kernel launch.
 
-Layer map
----------
-* ``coda_spec/finalize.py`` defines what a finalize computes (``TABLE``: each op's fold, its
-  value over nothing, ``n`` and ``eps``, its Triton text, which this module inserts); the tests'
-  torch emulation (``tests/emulate.fold_partials``) states the same semantics in torch and is
-  the oracle of this module's tests.
-* This module turns a manifest finalize step, plus the field of the kernel step that wrote its
-  partial buffer, into a :class:`~coda_spec.lower.triton_aot.TritonKernel`: a complete,
-  readable Triton module (one ``@triton.jit`` entry) and how the runtime binds and launches it.
-  Pure text: it imports neither triton nor torch.
-* ``coda_spec/lower/triton_aot.py`` compiles it to an sm_90a cubin at build time;
-  ``coda_spec/runtime/cubin.py`` launches the cubin at run time.
+This module turns a manifest finalize step, plus the field of the kernel step that wrote its
+partial buffer, into a :class:`~coda_spec.lower.triton_aot.TritonKernel`: a complete, readable
+Triton module (one ``@triton.jit`` entry) and how the runtime binds and launches it (compiled to
+a cubin by ``triton_aot`` at build time). Pure text: it imports neither triton nor torch. What a
+finalize computes is ``coda_spec/finalize.py``'s ``TABLE`` (each op's fold, its value over
+nothing, ``n`` and ``eps``, its Triton text, which this module inserts); the tests' torch
+emulation (``tests/emulate.fold_partials``) states the same semantics in torch and is the oracle
+of this module's tests.
 
 Contract
 --------

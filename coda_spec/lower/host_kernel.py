@@ -1,18 +1,14 @@
 """Stage ``lower`` (per host step): a ``host:`` step's body -> one ahead-of-time Triton kernel.
 
-Layer map
----------
-* This module: :func:`host_kernel` (the public entry), the scheduler that places each body item
-  before, inside or after the loop over a row, the folded finalizes and the kernel's assembly.
-  It returns a :class:`~coda_spec.lower.triton_aot.TritonKernel`; ``triton_aot.compile_kernel``
-  compiles that to an sm_90a cubin without a GPU.
-* ``coda_spec/primitives/host_api.py``: :class:`~coda_spec.primitives.host_api.HostCtx`, what a
-  primitive's ``host``
-  function may use (values, lanes, phases, tensors), below the primitives.
-* ``coda_spec/primitives/<name>.py``: each primitive's Triton text, in its ``host`` function
-  (``Primitive.host``); shared text lives in ``_elementwise.py`` (unary and binary ops),
-  ``_pairs.py`` (RoPE and gated pairs) and ``_loads.py`` (index tests). Nothing here imports
-  Triton or torch: generation is pure text.
+This module holds :func:`host_kernel` (the public entry), the scheduler that places each body
+item before, inside or after the loop over a row, the folded finalizes and the kernel's assembly.
+It returns a :class:`~coda_spec.lower.triton_aot.TritonKernel`; ``triton_aot.compile_kernel``
+compiles that to an sm_90a cubin without a GPU. Each item's Triton text is its primitive's
+``host`` function (``Primitive.host``, against
+:class:`~coda_spec.primitives.host_api.HostCtx`: values, lanes, phases, tensors); shared text
+lives in ``primitives/_elementwise.py`` (unary and binary ops), ``_pairs.py`` (RoPE and gated
+pairs) and ``_loads.py`` (index tests). Nothing here imports Triton or torch: generation is pure
+text.
 
 Contract
 --------

@@ -1,9 +1,9 @@
 """Helpers that generated ``kernel.py`` files import: lane-wise math over QuACK ``Pair`` values,
 rounding, and a select.
 
-Layer map: only generated modules import this file (so, like ``lower/quack_ops``, it is loaded
-only inside the compile workers of ``lower/quack_adapter.py``); the lowering names these helpers
-through ``lower_api.KERNEL_IMPORTS`` and never imports them. Each helper is traced by CuTe DSL
+Only generated modules import this file (so, like ``lower/quack_ops``, it is loaded only inside the
+compile workers of ``lower/quack_adapter.py``); the lowering names these helpers through
+``primitives.lower_api.KERNEL_IMPORTS`` and never imports them. Each helper is traced by CuTe DSL
 inside an epilogue fn: plain Python branching on the value's type happens at trace time.
 
 Why here and not in each kernel.py: a generated file then reads like a hand-written QuACK mod (an

@@ -2,14 +2,14 @@
 
 ``kernel.py`` is a real, importable Python file (CuTe DSL traces real source) that reads like a
 hand-written QuACK mod: a banner, an import block, and one ``@gemm_epilogue`` fn per kernel, each
-statement under a comment naming the spec line it came from, so a compiler error or a profile
-points back into the YAML. The banner names the spec and its hash only: the tool versions are in
-the build hash and the manifest (``coda_spec.versions``), so the text (and the golden files) does
-not change with installed versions. The import block holds exactly the names the kernels declared
-while lowering (``LowerCtx.use``), grouped by module as ``lower_api.KERNEL_IMPORTS`` lists them:
-QuACK's public API, coda's kernel helpers (``lower/kernel_lib.py``), coda's QuACK ops
-(``lower/quack_ops``) and the adapter of QuACK's private names (``lower/quack_private.py``).
-A spec without GEMM kernels (host steps only) gets no kernel.py: its source is empty.
+statement under a comment naming the spec line it came from, so a compiler error or a profile points
+back into the YAML. The banner names the spec and its hash only: the tool versions are in the build
+hash and the manifest (``coda_spec.versions``), so the text (and the golden files) does not change
+with installed versions. The import block holds exactly the names the kernels declared while
+lowering (``LowerCtx.use``), grouped by module as ``primitives.lower_api.KERNEL_IMPORTS`` lists
+them: QuACK's public API, coda's kernel helpers (``lower/kernel_lib.py``), coda's QuACK ops
+(``lower/quack_ops``) and the adapter of QuACK's private names (``lower/quack_private.py``). A spec
+without GEMM kernels (host steps only) gets no kernel.py: its source is empty.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one home of QuACK's private (``_``-prefixed) names that coda relies on, under coda names.
 
-Layer map: generated ``kernel.py`` files import the functions below; the compile driver
+Generated ``kernel.py`` files import the functions below; the compile driver
 (``lower/quack_adapter.py``) takes the sm90 hook names. No other coda module, and no generated
 code, may name a private QuACK attribute: ``tests/test_quack_private.py`` scans coda's sources
 and the golden kernels for that, and pins every entry of :data:`PRIVATE` to the QuACK source it

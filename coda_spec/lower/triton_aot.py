@@ -1,16 +1,12 @@
 """Ahead-of-time Triton kernels: host steps and finalizes compiled to sm_90a cubins at build time.
 
-Layer map
----------
-* ``coda_spec/lower/host_kernel.py`` and ``coda_spec/lower/finalize_kernel.py`` turn a spec's
-  host step or finalize step into a :class:`TritonKernel`: a complete, readable Triton module
-  (``source``), its entry point, its signature and how the runtime binds each argument.
-* This module compiles a :class:`TritonKernel` with Triton's own compiler for
-  ``GPUTarget("cuda", 90, 32)`` -- no GPU is needed, as for the GEMMs -- and writes the source
-  and the cubin into the build directory. What it returns is the manifest entry of the step's
-  ``launch``.
-* ``coda_spec/runtime/cubin.py`` (runtime side) loads the cubin through the CUDA driver and
-  launches it. Deployment needs neither Triton nor a compiler, only the driver.
+A :class:`TritonKernel` (made by ``host_kernel`` or ``finalize_kernel`` from a host or finalize
+step) is a complete, readable Triton module (``source``), its entry point, its signature and how
+the runtime binds each argument. This module compiles one with Triton's own compiler for
+``GPUTarget("cuda", 90, 32)`` -- no GPU is needed, as for the GEMMs -- and writes the source and
+the cubin into the build directory. What it returns is the manifest entry of the step's
+``launch``. The runtime (``coda_spec/runtime/cubin.py``) loads the cubin through the CUDA driver
+and launches it: deployment needs neither Triton nor a compiler, only the driver.
 
 Contract of a compiled kernel (the manifest's ``launch`` entry)
 ---------------------------------------------------------------

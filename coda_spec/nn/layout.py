@@ -15,8 +15,9 @@ they go out (:func:`to_hf_state_dict`); every other weight is Hugging Face's ten
 
 The kernels could read Hugging Face's layouts natively (a concatenated ``[gate; up]`` read as
 interleaved, as QuACK's ``concat_layout`` does; rotate-half pairs inside a head-wide tile); coda
-does not yet, hence the permutation at load. Parameter names (:data:`KEYS`) follow the model's
-modules (``coda_spec.nn.llama``); the HF names are transformers' ``LlamaForCausalLM``'s.
+does not yet, hence the permutation at load. Parameter names (:func:`from_hf_state_dict`'s keys)
+follow the model's modules (``coda_spec.nn.llama``); the HF names are transformers'
+``LlamaForCausalLM``'s.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def _check(tc, op, ins, results, pair: bool) -> None:
 
 def range_refusal(op, mode: str, sizes: dict) -> ItemError | None:
     """Why a kernel of pairing ``mode`` cannot lower ``op``'s range, or None (asked by
-    ``analyze_lowering`` once the mode is known, and by the lowering)."""
+    ``check.lowering`` once the mode is known, and by the lowering)."""
     if op.get("cols") is None:
         return None
     if mode == "packed_pair":

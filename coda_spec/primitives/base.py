@@ -1,26 +1,27 @@
 """The primitive contract: what one epilogue primitive file declares.
 
-Layer map
----------
+The package
+-----------
 * ``coda_spec/primitives/<name>.py`` — ONE primitive each: its JSON Schema fragment, its declared
   ports (which keys name epilogue values, which name chain tensors), its typing rule, its torch
-  reference, its mutants (for the equivalence mutation tests), ``supports()`` and cache key.
-  Lowering to CuTe DSL is attached by the adapter package in a later stage; primitives only ever
-  emit source text, so this package imports neither torch (lazily, inside ``reference``) nor
-  cutlass/quack. ``host`` emits the Triton text of a host step's kernel
-  (against ``coda_spec/primitives/host_api.py``), also as pure text; a primitive without one says
-  why in
-  ``no_host``.
+  reference, its mutants (for the equivalence mutation tests), ``supports()`` and cache key; its
+  CuTe lowering ``lower`` (against ``coda_spec/primitives/lower_api.py``) and its host step's
+  Triton text ``host`` (against ``coda_spec/primitives/host_api.py``), or, without one, why
+  (``no_host``). Primitives only ever emit source text, so this package imports neither torch
+  (lazily, inside ``reference``) nor cutlass/quack.
 * ``coda_spec/primitives/__init__.py`` — the registry: every module of the package not starting
-  with ``_`` (and not this one) is a primitive file exporting ``PRIMITIVE``, discovered by listing
-  the package; no list to edit, no decorators, no import-time side effects. ``_``-modules hold
-  shared builders (``_composite.composite`` makes ``softcap`` one expression).
+  with ``_`` (and not this one or the two contracts) is a primitive file exporting ``PRIMITIVE``,
+  discovered by listing the package; no list to edit, no decorators, no import-time side
+  effects. ``_``-modules hold shared builders (``_composite.composite`` makes ``softcap`` one
+  expression).
 * Adding a primitive touches only its file: the validator derives the keys an item may hold from
-  the schemas (``validate.item_fields``), the JSON Schema and the docs' primitive reference are
-  generated from the registry, and ``version`` feeds every build's content address
+  the schemas (``check.validate.item_fields``), the JSON Schema and the docs' primitive
+  reference are generated from the registry, and ``version`` feeds every build's content address
   (``cache_key()``, via ``primitives.cache_keys``) so bumping it rebuilds the specs that use it.
-* ``coda_spec/check/analyze.py`` and ``coda_spec/prove/reference.py`` walk the IR and dispatch on
-  ``op.prim`` through the registry, never on Python types.
+* The front end's typing walk (``coda_spec.check.steps``) and ``coda_spec.prove.reference`` walk
+  the IR and dispatch on ``op.prim`` through the registry, never on Python types.
+
+Where this sits: docs/architecture.md, Layers.
 
 Value model
 -----------

@@ -17,7 +17,7 @@ numbers (dropout's mask is never saved):
 Its operand names the tile whose positions it numbers; it must be as wide as the step (``acc``
 in a kernel). In a GEMM epilogue the row and column come from the kernel's row and column tables
 (fp32, exact below 2^24) and N is a compile-time constant (so the build does not re-size to
-another N: ``suits.baked_change``; verify's ragged case is skipped, noted); the rounds are
+another N: ``check.suits.baked_change``; verify's ragged case is skipped, noted); the rounds are
 unsigned 32-bit ``mul.lo`` / ``mul.hi`` (``cute.arch.mul_hi``) and xors in
 ``kernel_lib.philox_uniform``. It
 lowers in plain kernels only (not acc_pair / packed_pair, not inside a prepass statistic's input).

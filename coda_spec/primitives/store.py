@@ -13,7 +13,7 @@ element is read before it is overwritten, in the same program), an intermediate 
 the stored tensor's shape and dtype (not a chain input, which is the caller's, nor a declared
 output), and no later item or step may read ``t``. A GEMM epilogue stores through TMA into a
 buffer of its own: ``coda check`` refuses ``over`` there. The checker refuses the rest at the
-item (``analyze_writes.store_item``); the runtime binds the output to ``t``'s buffer, which
+item (``check.writes.store_item``); the runtime binds the output to ``t``'s buffer, which
 ``coda verify`` does not poison (it holds the values the step reads).
 
 fp8 stores (``dtype: fp8_e4m3`` / ``fp8_e5m2``, or an fp8 ``outputs`` entry): tiles only (D or an
@@ -21,7 +21,7 @@ aux tile of a plain-mode kernel, or a host step's tile), rounded to nearest even
 at the format's largest finite value (``coda_spec.dtypes`` has the one rule and why the
 epilogue's convert already is it: ``cvt.rn.satfinite``); rows must be 16-byte aligned (N % 16),
 and an fp8 store cannot ``add_to`` (TMA reduce-add takes fp32/fp16/bf16). The checker refuses the
-rest at the item (``analyze_writes.store_item``).
+rest at the item (``check.writes.store_item``).
 """
 
 from coda_spec.errors import ItemError
@@ -56,7 +56,7 @@ def _reference(rt, op, ins, tensors):
 
 
 # The lowering's two refusals of a full-width store after D, with their fixes; analyze asks the
-# same (``analyze_lowering``), so ``coda check`` refuses them too.
+# same (``check.lowering``), so ``coda check`` refuses them too.
 ADD_TO_NOT_D = (
     "only the kernel's first full-width store (D) can accumulate (add_to)",
     "make this store the kernel's first full-width one",

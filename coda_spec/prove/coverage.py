@@ -1,7 +1,5 @@
 """Coverage of the fp64 proof (``coda check --math``): items the generated inputs never exercise.
 
-Layer map: mathcheck -> coverage -> {equivalence, reference, inputs, primitives}.
-
 A proof on drawn inputs checks only what those inputs reach. A clamp whose operand never passes
 its bounds is the identity on them, so the proof passes with the clamp deleted (issue 22: a
 deleted clamp still proved at ``worst 0.0e+00``). ``gaps(case, sizes, drawn)`` finds two kinds,

@@ -1,7 +1,6 @@
 """Stage ``prove`` (``coda check --math``): the fp64 algebra proof of a checked spec, on CPU.
 
-Layer map: cli -> mathcheck -> {equivalence, frontend} -> {reference, expr_eval, inputs}. No
-build and no compiler: this is the CPU gate that CI without a GPU relies on.
+No build and no compiler: this is the CPU gate that CI without a GPU relies on.
 
 Contract
 --------

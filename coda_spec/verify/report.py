@@ -1,9 +1,9 @@
 """What ``coda verify`` reports: the per-output :class:`Check`, the per-chain :class:`Report`,
 and their renderings (the terminal table and JUnit XML for CI).
 
-Layer map: ``coda_spec.verify`` (the protocol: cases, the pass rule, the runs) builds reports;
-``coda_spec.cli`` renders them with :func:`render_table` and :func:`junit`. Pure data and text:
-this module imports nothing from coda, and neither torch nor the compiler.
+``coda_spec.verify.run`` (the protocol: cases, the pass rule, the runs) builds reports; the CLI
+renders them with :func:`render_table` and :func:`junit`. Pure data and text: this module imports
+nothing from coda, and neither torch nor the compiler.
 """
 
 from __future__ import annotations
