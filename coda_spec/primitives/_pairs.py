@@ -214,8 +214,12 @@ def rope_refusal(op, where, sizes):
         return None
     if where == "packed_pair":
         message, hint = NO_PACKED_PREPASS
-        return ItemError(f"pairs: half reads x at column i + head_dim/2 through the "
-                         f"accumulator prepass; {message}", "pairs", hint)
+        return ItemError(
+            f"pairs: half reads x at column i + head_dim/2 through the "
+            f"accumulator prepass; {message}",
+            "pairs",
+            hint,
+        )
     if where != "host":
         return None  # the config's part: half_supports
     try:
@@ -273,8 +277,9 @@ def half_lower(lc, op, sign: float):
     rot = lc.fresh(f"{base}_half")
     lc.prepass_input(op, rot, lc.prepass_value(name).expr)
     glob = f"_hp_{lc.step_name}_{rot}"
-    lc.global_line(f"# {rot}: rotate_half({name}), heads of {hd} columns\n"
-                   f"{glob} = {lc.op('HalfPartner', rot)}")
+    lc.global_line(
+        f"# {rot}: rotate_half({name}), heads of {hd} columns\n{glob} = {lc.op('HalfPartner', rot)}"
+    )
     lc.operand(rot, glob, Field(rot, op.results[0], "group_stat", (int(hd),), "int32"))
     short = lc.info(freqs.tensor).shape[0] * 2 != lc.width
     steps = ("repeat+" if short else "") + f"halves={hd}+turns_"
@@ -284,14 +289,19 @@ def half_lower(lc, op, sign: float):
         f = Field(t, freqs.tensor, "row", (1, lc.width), "fp32", steps + part)
         lc.operand(t, lc.op("RowVecLoad", t), f)
         tables.append(lc.lanes(Val(t, "p")))
-    lanes = zip(lc.lanes(x), lc.lanes(Val(rot, "p")), *tables, strict=True)
-    out = []
-    for k, (a, r, hi, lo) in enumerate(lanes):
-        s, c = lc.fresh(f"{base}_sin{k}"), lc.fresh(f"{base}_cos{k}")
-        angle = lc.call("angle_turns", pos.expr, lc.call("pack", hi, lo))
-        lc.line(f"{s}, {c} = {lc.call('sincos_turns', '*' + angle)}")
-        out.append(f"{a} * {c} {'+' if sign > 0 else '-'} {r} * {s}")
-    lc.let_pair(op.results[0], *out)
+    sin, cos = [], []
+    for k, (hi, lo) in enumerate(zip(*tables, strict=True)):
+        f = lc.fresh(f"{base}_f{k}")
+        sin.append(lc.fresh(f"{base}_sin{k}"))
+        cos.append(lc.fresh(f"{base}_cos{k}"))
+        lc.line(f"{f} = {lc.call('pack', hi, lo)}")  # lane k's float-float frequency
+        angle = lc.call("angle_turns", pos.expr, f)
+        lc.line(f"{sin[k]}, {cos[k]} = {lc.call('sincos_turns', '*' + angle)}")
+    c, s = lc.fresh(f"{base}_cos"), lc.fresh(f"{base}_sin")
+    lc.line(f"{c} = {lc.call('pack', *cos)}")
+    lc.line(f"{s} = {lc.call('pack', *sin)}")
+    turn = "+" if sign > 0 else "-"  # Pair arithmetic is lane-wise
+    lc.let(op.results[0], f"{x.expr} * {c} {turn} {rot} * {s}", "p")
 
 
 def rope_bakes(op, where):

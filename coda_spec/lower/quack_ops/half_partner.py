@@ -66,7 +66,8 @@ class HalfPartner(EpiOp):
         return [(self.name, object, None)]
 
     def arg_spec_type(self, const=False):
-        return cutlass.Constexpr[int] if const else Optional[cute.Tensor]
+        # typing.Optional, as QuACK's own ops annotate (its converter reads the hint)
+        return cutlass.Constexpr[int] if const else Optional[cute.Tensor]  # noqa: UP045
 
     def host_arg_form(self, value):
         return "Const" if isinstance(value, int) else ""
@@ -89,9 +90,7 @@ class HalfPartner(EpiOp):
         )
         shape = ctx.tRS_rD_layout.shape
         frag = const_expr(cute.size(ctx.tRS_rD_layout))
-        stash = cute.make_rmem_tensor(
-            (frag, ctx.tile_M // epi_m, ctx.tile_N // epi_n), Float32
-        )
+        stash = cute.make_rmem_tensor((frag, ctx.tile_M // epi_m, ctx.tile_N // epi_n), Float32)
         return (stash, shape, frag, head_dim, epi_n)
 
     def begin_loop(self, gemm, state, epi_coord):
