@@ -1,5 +1,6 @@
 """Per-head vectors (``load_row`` ``repeat``), column ranges (``cols:``), per-head RoPE
-frequencies and rotate-half RoPE (``pairs: half``): located refusals, the reference against
+frequencies and rotate-half RoPE (``pairs: half``; in kernels: tests/test_rope_half_kernel.py):
+located refusals, the reference against
 independent torch math, and the runtime's row tables (issue 22, item 1)."""
 
 from __future__ import annotations
@@ -74,14 +75,29 @@ def test_odd_bounds_are_refused_in_a_pair_kernel():
     assert "splits a column pair of this acc_pair kernel" in out
 
 
-def test_rope_half_is_refused_in_a_kernel_pointing_at_the_weight_permutation():
-    out = refusal(
-        "      - {load_col: pos}\n      - {load_row: inv_freq, repeat: 4}\n"
-        "      - {rope: acc, pos: pos, freqs: inv_freq, pairs: half, head_dim: head_dim, "
+def test_rope_half_in_a_kernel_refuses_a_statistic_upstream_at_the_item():
+    """The partner is read through the accumulator prepass, which re-computes the rotated
+    value: one that reads a prepass statistic (here the norm's rstd) cannot be (the fix: scale
+    after the rotation). The same item on acc alone checks; heads of 32 columns do not (the
+    default config's 32-column epilogue subtiles straddle half a head)."""
+    rope = (
+        "      - {load_col: pos}\n      - {load_row: inv_freq, repeat: 2}\n"
+        "      - {rope: X, pos: pos, freqs: inv_freq, pairs: half, head_dim: head_dim, "
         "as: y}\n      - {store: y}"
     )
-    assert "epilogue[2].pairs" in out and "QuACK 0.6.5's epilogue fn" in out
-    assert "coda_spec/nn/layout.py" in out and "host steps lower it" in out
+    norm = (
+        "      - {prepass: meansq, of: acc, group: head_dim, as: ms}\n"
+        "      - {rsqrt: ms, as: r}\n      - {mul: [acc, r], as: xn}\n"
+    )
+    wide = BASE.replace("head_dim: 32", "head_dim: 64")
+    with pytest.raises(SpecError) as e:
+        checked_text(wide.format(items=norm + rope.replace("X", "xn")), "t.yaml")
+    out = "\n".join(render_text(d, None) for d in e.value.diagnostics)
+    assert "t.yaml:19:" in out and "epilogue[5]: cannot lower 'rope'" in out
+    assert "'ms' is itself a prepass statistic" in out
+    checked_text(wide.format(items=rope.replace("X", "acc")), "t.yaml")
+    out = refusal(rope.replace("X", "acc").replace("repeat: 2", "repeat: 4"))
+    assert "its 32 columns do not divide head_dim / 2 = 16" in out
 
 
 def test_rope_half_lowers_in_a_host_step():

@@ -5,8 +5,8 @@ and the backward rotation of a gradient, each a host step) is proven by ``coda c
 with every mutant killed, and both its kernels run under Triton's interpreter equal to the
 reference at a chunk whose last one is masked and at the default chunk. A body whose narrowest
 value makes the rotated tile 4 lanes (the frequencies 2) runs too. The refusals that remain are
-located: a GEMM epilogue (QuACK's fn sees one element or one adjacent pair), a head size that is
-not a power of two (Triton's shapes), and a chunk smaller than one head.
+located: a head size that is not a power of two (Triton's shapes) and a chunk smaller than one
+head. (GEMM epilogues lower rotate-half too: tests/test_rope_half_kernel.py.)
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from coda_spec.errors import EXIT_OK, SpecError, render_text
 from coda_spec.lower.host_kernel import HostKernelError, host_kernel
 from coda_spec.lower.triton_aot import compile_kernel
 from coda_spec.primitives import registry
-from coda_spec.primitives._pairs import NO_HALF_KERNEL
 from tests.conftest import ROOT, checked_text, invoke, needs_triton
 from tests.test_host_kernel import TOLERANCE, interpret_all
 
@@ -188,13 +187,6 @@ def test_a_chunk_smaller_than_a_head_is_a_located_error():
     assert msg.startswith("t.yaml:15: host step 'h': 'rope' (line 15)")
     assert "holds 32 columns of 'x', not a multiple of head_dim 64" in msg
     assert "a block of at least 32 slots" in msg
-
-
-def test_a_gemm_epilogue_still_refuses_rotate_half():
-    assert "QuACK 0.6.5's epilogue fn sees one element or one adjacent column pair" in (
-        NO_HALF_KERNEL
-    )
-    assert "host steps lower it" in NO_HALF_KERNEL
 
 
 def test_a_host_kernel_bakes_head_dim():

@@ -139,7 +139,8 @@ def _finish(decl: Declared, lc: LowerCtx, step) -> LoweredKernel:
         fn2 = f"coda_{step.name}_prepass"
         globals_.append(_prepass_fn(decl.prepass, decl.prepass_outs, lc.file, step, fn2))
         args.append(f"prepass={fn2}")
-        args.append("prepass_outs=(" + ", ".join(f'"{k}"' for k, _ in decl.prepass_outs) + ",)")
+        names = [f'"{k}"' for k, _ in decl.prepass_outs]
+        args.append(f"prepass_outs=({', '.join(names)}{',' if len(names) == 1 else ''})")
     if lc.mode != "plain":
         args.append(f'mode="{lc.mode}"')
     g = step.gemm

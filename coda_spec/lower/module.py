@@ -132,7 +132,7 @@ def render(spec, kernels) -> str:
     for k in kernels:
         glob = [g for g in k.globals if g not in seen]
         seen.update(glob)
-        fn = [k.decorator, f"def {k.symbol}(acc{''.join(', ' + p for p in k.params)}):", *k.body]
+        fn = [k.decorator, _signature(k.symbol, ("acc", *k.params)), *k.body]
         # module-level lines (shared ops), then module-level fns (a prepass fn), then the kernel
         # fn: top-level blocks two blank lines apart, the first under the kernel's spec line
         blocks = [[g for g in glob if not g.startswith("def ")]]
@@ -191,3 +191,10 @@ def accumulating(checked, kernels) -> dict:
             continue
         out[step.name] = grad
     return out
+
+
+def _signature(name: str, params) -> str:
+    """``def name(params):`` on one line, or with the parameters on a line of their own when
+    that passes 100 columns (as ruff formats it; the goldens are ruff-clean)."""
+    one = f"def {name}({', '.join(params)}):"
+    return one if len(one) <= 100 else f"def {name}(\n    {', '.join(params)}\n):"

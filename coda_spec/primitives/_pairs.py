@@ -10,18 +10,27 @@ rotate-half layout) pair j of head h is (x[h*hd + j], x[h*hd + j + hd/2]) with f
 
 Where rotate-half lowers: host steps (:func:`half_host`: a chunk of whole heads reshaped to
 [heads, 2, hd/2], so both halves of a head are in registers; head_dim a power of two, Triton's
-shapes, else ``no_half_host`` refuses it at ``head_dim``). Not GEMM epilogues (``NO_HALF_KERNEL``):
-QuACK 0.6.5's epilogue fn is called on one element (plain) or one adjacent column pair
-(acc_pair) at a time, so column i + hd/2 is never in reach, although the WGMMA accumulator
-fragment does hold it in the same thread; lowering it there needs an epilogue over the whole
-fragment, which QuACK 0.6.5 does not offer.
+shapes, else ``no_half_host`` refuses it at ``head_dim``) and GEMM epilogues (:func:`half_lower`):
+QuACK 0.6.5's epilogue fn is called on one element (plain) or one adjacent column pair (acc_pair)
+at a time, so column i + hd/2 is never in reach of the fn; coda's ``HalfPartner`` op
+(``coda_spec/lower/quack_ops/half_partner.py``) hands it ``rotate_half(x)`` as a value operand.
+The kernel's prepass fn re-computes x from the raw accumulator (so x must be prepass-computable:
+loads and elementwise items, no statistic: ``prepass_of``), the op stashes each epilogue subtile
+of x in registers, and the main pass reads the subtile hd/2 columns away, in the same thread's
+same registers, which needs whole heads in a CTA tile (tile_N % hd == 0) and epilogue subtiles
+inside half a head (epi_N | hd/2): :func:`half_supports` refuses other configs. The rotation is
+then elementwise, ``x cos t + rotate_half(x) sin t``, with t from two W-wide row tables (the hi
+and lo fp32 halves of each column's frequency over 2 pi: the runtime's ``halves=hd`` and
+``turns_hi``/``turns_lo`` transforms), per lane through QuACK's float-float turns-domain sincos.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from coda_spec import dims as dimmod
+from coda_spec.artifact import Field
 from coda_spec.errors import ItemError
 from coda_spec.primitives._elementwise import HOST_GELU, HOST_SILU, HOST_TANH
 from coda_spec.primitives._ranges import ranged
@@ -37,6 +46,7 @@ from coda_spec.primitives.base import (
     need_even,
     need_tile,
 )
+from coda_spec.primitives.lower_api import NO_PACKED_PREPASS, Val
 
 
 def split(x):
@@ -180,17 +190,6 @@ def rotate(rt, x, pos, freqs, sign: float, head_dim: int | None = None):
     return rt.torch.cat([a * c - b * s, a * s + b * c], dim=-1).reshape(m, w)
 
 
-# Why rotate-half pairs do not lower in a GEMM epilogue (Primitive.item_refusal), and the fix.
-NO_HALF_KERNEL = (
-    "pairs: half (Hugging Face's rotate-half layout) does not lower in a GEMM epilogue: QuACK "
-    "0.6.5's epilogue fn sees one element or one adjacent column pair at a time, never columns "
-    "i and i + head_dim/2 together (although the WGMMA accumulator fragment holds both in one "
-    "thread's registers: columns 8 apart sit in the same thread); host steps lower it"
-)
-HALF_FIX = (
-    "use pairs: adjacent and permute the q/k projection rows once at load, as "
-    "coda_spec/nn/layout.py does for transformers' weights (rope_order), or rotate in a host step"
-)
 HALF_HOST_FIX = (
     "use pairs: adjacent and permute the q/k projection rows once at load, as "
     "coda_spec/nn/layout.py does for transformers' weights (rope_order)"
@@ -213,8 +212,16 @@ def no_half_host(hd) -> str | None:
 def rope_refusal(op, where, sizes):
     if op.get("pairs", "adjacent") != "half":
         return None
+    if where == "packed_pair":
+        message, hint = NO_PACKED_PREPASS
+        return ItemError(
+            f"pairs: half reads x at column i + head_dim/2 through the "
+            f"accumulator prepass; {message}",
+            "pairs",
+            hint,
+        )
     if where != "host":
-        return ItemError(NO_HALF_KERNEL, "pairs", HALF_FIX)
+        return None  # the config's part: half_supports
     try:
         hd = op.get("head_dim")
         hd = dimmod.fold(hd, dict(sizes)) if hd is not None else None
@@ -222,6 +229,79 @@ def rope_refusal(op, where, sizes):
         return None  # reported by the typing walk (half_pairs)
     why = no_half_host(hd)
     return None if why is None else ItemError(why, "head_dim", HALF_HOST_FIX)
+
+
+def half_supports(config, sizes, op) -> str | None:
+    """Why ``config`` cannot rotate halves of heads in the epilogue (:func:`half_lower`), or
+    None: a CTA tile holds whole heads (tile_N a multiple of head_dim) and each epilogue
+    subtile lies in one half of a head (its width, ``epi_n`` or QuACK's gcd(32, tile_N) for a
+    16-bit or fp32 output, divides head_dim / 2), so the partner of every element is in the
+    same thread's registers (``HalfPartner``)."""
+    if op.get("pairs", "adjacent") != "half":
+        return None
+    try:
+        hd = sizes.fold(op.get("head_dim"))
+    except dimmod.DimError:
+        return None  # the typing walk's (half_pairs)
+    if config.tile_n % hd:
+        return (
+            f"pairs: half needs whole heads in each CTA tile: tile_N = {config.tile_n} is not a "
+            f"multiple of head_dim = {hd}"
+        )
+    epi = config.epi_n or math.gcd(32, config.tile_n)
+    if (hd // 2) % epi:
+        return (
+            f"pairs: half needs each epilogue subtile inside half a head: its {epi} columns do "
+            f"not divide head_dim / 2 = {hd // 2}"
+        )
+    return None
+
+
+def half_lower(lc, op, sign: float):
+    """Rotate-half RoPE in a GEMM epilogue (the module docstring): x cos t + sign *
+    rotate_half(x) sin t per lane of the pair, rotate_half(x) from a ``HalfPartner`` operand
+    that the prepass fills with x (re-computed there), t per column from the hi/lo turns
+    tables of the W/2 frequencies laid out per head as (f, f) halves."""
+    hd = lc.fold(op.get("head_dim"))
+    name = op.get(op.prim)
+    x, pos, freqs = lc.v(name), lc.v(op.get("pos")), lc.v(op.get("freqs"))
+    if x.form != "p":
+        raise lc.error("pairs: half needs the rotated tile as adjacent-column pairs (acc_pair)")
+    if freqs.form != "deferred":
+        raise lc.error("freqs must be a load_row of a W/2 frequency vector")
+    if lc.mode == "packed_cd_b16x2":
+        raise lc.error(*NO_PACKED_PREPASS)
+    if not isinstance(hd, int) or lc.tile[1] % hd:
+        raise lc.error(f"pairs: half needs tile_N {lc.tile[1]} to be a multiple of head_dim {hd}")
+    base = lc.ident(op.results[0])
+    rot = lc.fresh(f"{base}_half")
+    lc.prepass_input(op, rot, lc.prepass_value(name).expr)
+    glob = f"_hp_{lc.step_name}_{rot}"
+    lc.global_line(
+        f"# {rot}: rotate_half({name}), heads of {hd} columns\n{glob} = {lc.op('HalfPartner', rot)}"
+    )
+    lc.operand(rot, glob, Field(rot, op.results[0], "group_stat", (int(hd),), "int32"))
+    short = lc.info(freqs.tensor).shape[0] * 2 != lc.width
+    steps = ("repeat+" if short else "") + f"halves={hd}+turns_"
+    tables = []
+    for part in ("hi", "lo"):
+        t = lc.fresh(f"{lc.ident(freqs.tensor)}_{part}")
+        f = Field(t, freqs.tensor, "row", (1, lc.width), "fp32", steps + part)
+        lc.operand(t, lc.op("RowVecLoad", t), f)
+        tables.append(lc.lanes(Val(t, "p")))
+    sin, cos = [], []
+    for k, (hi, lo) in enumerate(zip(*tables, strict=True)):
+        f = lc.fresh(f"{base}_f{k}")
+        sin.append(lc.fresh(f"{base}_sin{k}"))
+        cos.append(lc.fresh(f"{base}_cos{k}"))
+        lc.line(f"{f} = {lc.call('pack', hi, lo)}")  # lane k's float-float frequency
+        angle = lc.call("angle_turns", pos.expr, f)
+        lc.line(f"{sin[k]}, {cos[k]} = {lc.call('sincos_turns', '*' + angle)}")
+    c, s = lc.fresh(f"{base}_cos"), lc.fresh(f"{base}_sin")
+    lc.line(f"{c} = {lc.call('pack', *cos)}")
+    lc.line(f"{s} = {lc.call('pack', *sin)}")
+    turn = "+" if sign > 0 else "-"  # Pair arithmetic is lane-wise
+    lc.let(op.results[0], f"{x.expr} * {c} {turn} {rot} * {s}", "p")
 
 
 def rope_bakes(op, where):
@@ -241,6 +321,9 @@ def rope_lower(sign: float):
     """Lowering of rope (sign +1) and rope_bwd (-1): QuACK's float-float turns-domain sincos."""
 
     def lower(lc, op):
+        if op.get("pairs") == "half":
+            half_lower(lc, op, sign)
+            return
         x, pos, freqs = lc.v(op.get(op.prim)), lc.v(op.get("pos")), lc.v(op.get("freqs"))
         if freqs.form != "deferred":
             raise lc.error("freqs must be a load_row of a W/2 frequency vector")
@@ -451,7 +534,9 @@ def rope_primitive(name: str, sign: float, summary: str, example: str, sibling: 
             host=rope_host(sign),
             item_refusal=rope_refusal,
             bakes=rope_bakes,
-            lowers_note="pairs: half in host steps only",
+            supports=half_supports,
+            prepass_of=lambda op: (op.get(name),) if op.get("pairs") == "half" else (),
+            lowers_note="pairs: half needs whole heads in a CTA tile",
         )
     )
 

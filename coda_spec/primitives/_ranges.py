@@ -14,8 +14,9 @@ through" means, with nothing to broadcast. ``coda check`` refuses (located at ``
 whose bounds do not fold to integers (a dynamic dim), are out of bounds or empty, a result or
 first operand that is not such a tile, odd bounds in a pair kernel (``acc_pair``: the epilogue
 sees adjacent-column pairs, and a pair is never split by a range; ``rope``'s own pairs need even
-bounds in every step), ranges in ``packed_pair`` kernels (which read no column table), and a
-ranged item inside a ``prepass`` statistic's input (the prepass fn reads no column table).
+bounds in every step) and ranges in ``packed_pair`` kernels (which read no column table). A
+ranged item inside a ``prepass`` statistic's input (or rotate-half RoPE's, re-computed in the
+prepass fn too) is fine: the prepass fn reads the column table as the main fn does.
 
 Lowering
 --------

@@ -109,7 +109,7 @@ KERNEL_IMPORTS = MappingProxyType(
             "round_fp16",
             "select",
         ),
-        "coda_spec.lower.quack_ops": ("GroupStat", "PairF32Store"),
+        "coda_spec.lower.quack_ops": ("GroupStat", "HalfPartner", "PairF32Store"),
         "cutlass": ("Int64",),  # a Scalar op's element type: Scalar("seed", dtype=Int64)
         "coda_spec.lower.quack_private": ("angle_turns", "sincos_turns"),
     }
@@ -143,6 +143,8 @@ def prepass_slice(raw, producers: dict, prims, out: dict, done=()) -> None:
     back to ``acc`` and the loads, skipping values in ``done``; ``producers``: value name ->
     (item index, item). Raises ItemError at the first item a prepass fn cannot re-compute:
     another statistic, or a primitive that is neither elementwise nor declared ``prepass``.
+    A ranged item (``cols``) re-computes in the prepass fn as in the main fn: its select reads
+    the kernel's column table, an operand of both fns.
     The walk (:meth:`LowerCtx.prepass_value`) and ``analyze`` (``coda check``) both ask it."""
     if not isinstance(raw, str) or raw == "acc" or raw in done or raw not in producers:
         return
@@ -150,12 +152,6 @@ def prepass_slice(raw, producers: dict, prims, out: dict, done=()) -> None:
     if idx in out:
         return
     p = prims[op.prim]
-    if op.get("cols") is not None:
-        raise ItemError(
-            f"a statistic's input is re-computed in the prepass fn, which reads no column table, "
-            f"and '{raw}' comes from an item with a column range (line {op.loc.line})",
-            hint="apply the range after the statistic, to the items that read it",
-        )
     if op.prim == "prepass":
         raise ItemError(
             f"'{raw}' is itself a prepass statistic (line {op.loc.line}); QuACK runs one "

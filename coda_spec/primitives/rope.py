@@ -6,10 +6,10 @@ frequency per pair: a W/2 vector, or one head's ``inv_freq [head_dim/2]`` read r
 passes through). ``pairs: half, head_dim: hd`` is Hugging Face's rotate-half layout (pairs i and
 i + hd/2 of each head, the math language's ``apply_rotary_pos_emb``); ``freqs`` is the same W/2
 vector (pair j of head h reads frequency h * hd/2 + j). Host steps lower it for a power-of-two
-head_dim (a chunk of whole heads, reshaped to [heads, 2, hd/2]: ``_pairs.half_host``). GEMM
-epilogues refuse it: QuACK 0.6.5's epilogue fn sees one element or one adjacent column pair at a
-time, never columns hd/2 apart (rotate in a host step, or permute the q/k weights at load to
-adjacent pairs, ``coda_spec/nn/layout.py``).
+head_dim (a chunk of whole heads, reshaped to [heads, 2, hd/2]: ``_pairs.half_host``); GEMM
+epilogues lower it when a CTA tile holds whole heads and each epilogue subtile lies in half a
+head (``_pairs.half_lower``: a ``HalfPartner`` operand gives ``rotate_half(x)`` from a register
+stash the accumulator prepass fills, so x must be re-computable there: no statistic upstream).
 """
 
 from coda_spec.primitives._pairs import rope_primitive

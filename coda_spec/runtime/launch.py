@@ -94,24 +94,46 @@ def turns_table(freqs: torch.Tensor) -> torch.Tensor:
     return torch.stack([hi, lo], dim=-1).reshape(1, -1)
 
 
+def halves(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Per-pair frequencies (pair j of head h at h * hd/2 + j) -> one per column of Hugging
+    Face's rotate-half layout: each head's hd/2 frequencies twice (columns j and j + hd/2)."""
+    return x.reshape(-1, 1, head_dim // 2).expand(-1, 2, -1).reshape(-1)
+
+
+def turns_part(x: torch.Tensor, part: str) -> torch.Tensor:
+    """The hi or lo fp32 half of each value's float-float freq/2pi (as :func:`turns_table`)."""
+    turns = x.double() / (2 * math.pi)
+    hi = turns.float()
+    return (hi if part == "turns_hi" else (turns - hi.double()).float()).reshape(1, -1)
+
+
 def row_table(x: torch.Tensor, transform: str, width: int) -> torch.Tensor:
     """A row vector field's (1, ``width``) buffer from the chain tensor ``x`` by ``transform``, a
     ``+``-joined pipeline of ``repeat`` (a per-head vector repeated end to end to the field's
-    values: ``width``, or ``width / 2`` pairs before ``turns_table``) and ``turns_table``."""
+    values: ``width``, or ``width / 2`` pairs before ``turns_table`` or ``halves``),
+    ``turns_table``, and rotate-half RoPE's ``halves=<head_dim>`` (:func:`halves`) then
+    ``turns_hi`` or ``turns_lo`` (:func:`turns_part`)."""
     steps = transform.split("+")
-    unknown = [s for s in steps if s not in ("repeat", "turns_table")]
+    known = ("repeat", "turns_table", "turns_hi", "turns_lo")
+    unknown = [s for s in steps if s not in known and not s.startswith("halves=")]
     if unknown:
         raise CodaRuntimeError(f"unknown row transform '{unknown[0]}' in the manifest")
+    half = next((int(s.split("=", 1)[1]) for s in steps if s.startswith("halves=")), 0)
     if "repeat" in steps:
-        want = width // 2 if "turns_table" in steps else width
+        want = width // 2 if "turns_table" in steps or half else width
         x = x.reshape(-1)
         if x.numel() == 0 or want % x.numel():
             raise CodaRuntimeError(
                 f"a repeated row vector of {x.numel()} values cannot fill {want} columns"
             )
         x = x.float().repeat(want // x.numel())
+    if half:
+        x = halves(x, half)
     if "turns_table" in steps:
         return turns_table(x)
+    for part in ("turns_hi", "turns_lo"):
+        if part in steps:
+            return turns_part(x, part)
     return x.reshape(1, -1)
 
 
