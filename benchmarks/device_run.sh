@@ -23,7 +23,7 @@
 # kept the build commands of their runs in their headers: `git show 6a63246:benchmarks/NAME.sh`.
 #
 # The phase table: NAME | about how long | what it runs (the former script it replaces).
-PHASES="gates|4-7 min|pytest tests/gpu (GPU_TESTS: files, default tests/gpu; GPU_K: -k; GATES_ROOT: an older checkout run against the same builds) (formerly issue11_device.sh gates, issue18_device.sh gates, device_gates.sh, runtime_device.sh gates)
+PHASES="gates|4-7 min|pytest tests/gpu (GPU_TESTS: files, default tests/gpu; GPU_K: -k; GATES_ROOT: an older checkout run against the same builds; GATES_JOBS: pytest processes at once) (formerly issue11_device.sh gates, issue18_device.sh gates, device_gates.sh, runtime_device.sh gates)
 verify|2-7 min|coda verify of VERIFY_BUILDS (default every build/*-latest) in one process, junit (formerly runtime_device.sh verify, device_gates.sh)
 verify-each|1-9 min|coda verify of each of VERIFY_BUILDS in its own process, VERIFY_EACH_S (90) each, a stack dump on time-out (formerly verify_each.sh, issue11_device.sh verify, issue18_device.sh verify)
 host-overhead|1-3 min|benchmarks/host_overhead.py of f2, rmsnorm_chain, b4, llama_block; before/after twice when .old/ holds the old runtime (formerly issue18_device.sh overhead)
@@ -154,11 +154,38 @@ nsight() {  # nsight NAME SECONDS PROFILE-ARGS...: Nsight Compute of coda's NVTX
 phase_gates() {  # GATES_ROOT: an older checkout (git worktree add .old-tree COMMIT; carry it)
   local root=${GATES_ROOT:-.}
   [ "$root" = . ] || ln -sfn "$PWD/build" "$root/build"  # the same builds: before/after a change
-  # the checkout's own package first (setup.sh put this root's on PYTHONPATH)
+  # the checkout's own package first (setup.sh put this root's on PYTHONPATH); the subshell exits
+  # with its first failure's status, so the script's does too (device_status.sh)
   # shellcheck disable=SC2086
-  (cd "$root" && PYTHONPATH=$PWD:$PYTHONPATH gpu_tests \
-    "gpu-tests${GATES_ROOT:+-$(basename "$root")}.log" "${GPU_TESTS_S:-420}" -rA \
-    ${GPU_TESTS:-tests/gpu} ${GPU_K:+-k "$GPU_K"})
+  (
+    cd "$root" && export PYTHONPATH=$PWD:$PYTHONPATH
+    tag=${GATES_ROOT:+-$(basename "$root")}
+    if [ "${GATES_JOBS:-1}" -le 1 ]; then
+      gpu_tests "gpu-tests$tag.log" "${GPU_TESTS_S:-420}" -rA ${GPU_TESTS:-tests/gpu} \
+        ${GPU_K:+-k "$GPU_K"}
+    else  # GATES_JOBS pytest processes at once on the one GPU, the longest files first
+      mapfile -t files < <(gates_files)
+      pids=()
+      for ((j = 0; j < GATES_JOBS; j++)); do
+        group=()
+        for ((i = j; i < ${#files[@]}; i += GATES_JOBS)); do group+=("${files[i]}"); done
+        [ ${#group[@]} -gt 0 ] || continue
+        (gpu_tests "gpu-tests$tag-$j.log" "${GPU_TESTS_S:-420}" -v -rA "${group[@]}" \
+          ${GPU_K:+-k "$GPU_K"} > /dev/null; exit "$device_status") &
+        pids+=($!)
+      done
+      for pid in "${pids[@]}"; do wait "$pid"; done
+      pack
+    fi
+    exit "$device_status"
+  )
+}
+gates_files() {  # tests/gpu's files, the longest first (each worker takes every GATES_JOBS-th)
+  local f heavy="test_chains_on_gpu test_primitive_conformance_gpu test_training test_ops_gpu"
+  for f in $heavy; do [ -f "tests/gpu/$f.py" ] && echo "tests/gpu/$f.py"; done
+  for f in tests/gpu/test_*.py; do
+    case " $heavy " in *" $(basename "$f" .py) "*) ;; *) echo "$f" ;; esac
+  done
 }
 phase_verify() {
   # shellcheck disable=SC2046,SC2086
