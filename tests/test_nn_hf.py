@@ -75,7 +75,8 @@ def test_the_entry_point_refuses_what_it_cannot_serve(builds):
     """A model type not served, a served type's other heads, a config with no model_type, a
     state dict with no config: a ``CodaRuntimeError`` that names what was given, the families
     served and what to do."""
-    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    small = {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 64, "bos_token_id": 0}
+    gpt2 = GPT2LMHeadModel(GPT2Config(**small, eos_token_id=0))
     for entry in (coda_spec.nn.from_hf, coda_spec.nn.apply_to_hf):
         with pytest.raises(CodaRuntimeError) as e:
             entry(gpt2, builds=builds)
