@@ -190,6 +190,37 @@ def test_the_llama_example_trains_on_the_cpu(tmp_path, monkeypatch):
     assert all(torch.equal(sd[k], back[k].to(sd[k].dtype)) for k in back)
 
 
+@pytest.mark.slow
+def test_the_trainer_example_trains_on_the_cpu(tmp_path, monkeypatch, capsys):
+    """docs/training.md's ``Trainer`` example (``coda_spec.nn.apply_to_hf``), as written, on the
+    CPU with CPU builds of the Llama chains: four training steps through coda's chains, each
+    loss finite and below the first, then ``evaluate`` and ``generate`` through transformers'
+    forward."""
+    import torch
+
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # the Trainer's; in the test extra
+    from coda_spec import ops
+    from coda_spec.nn.llama import CHAINS
+    from tests.test_nn_llama import cpu_builds
+
+    monkeypatch.setattr(ops, "_OPS", {})
+    builds = cpu_builds(tmp_path, monkeypatch, CHAINS)
+    text = (ROOT / "docs" / "training.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    (code,) = [c for c in blocks if "coda_spec.nn.apply_to_hf(model" in c]
+    assert '"build"' in code and 'output_dir="out"' in code
+    code = code.replace('"build"', repr({k: str(v) for k, v in builds.items()})).replace(
+        'output_dir="out"', f"output_dir={str(tmp_path / 'out')!r}"
+    )
+    scope: dict = {}
+    exec(compile(code, "docs/training.md", "exec"), scope)  # noqa: S102 - the docs' own code
+    losses = [e["loss"] for e in scope["trainer"].state.log_history if "loss" in e]
+    assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0], losses
+    assert "eval_loss" in capsys.readouterr().out
+
+
 # -- documented command lines parse against the real CLI -------------------------------------
 
 # a command: coda ..., python -m coda_spec.cli ..., python benchmarks/x.py ..., torchrun ... x.py

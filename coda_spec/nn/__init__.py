@@ -1,15 +1,28 @@
 """``coda_spec.nn``: models assembled from the bundled chains (docs/training.md).
 
+* :func:`from_hf` / :func:`apply_to_hf` (``coda_spec.nn.families``): the entry point for every
+  family, dispatching on transformers' ``config.model_type`` (today ``"llama"``): coda's own
+  model of a transformers model, or the transformers model patched in place as a drop-in for
+  its training loops (``Trainer`` included).
 * :class:`LlamaForCausalLM` (``coda_spec.nn.llama``): a Llama-3 decoder with GQA whose GEMMs and
   glue run in ``specs/llama3_*.yaml``; ``from_hf`` / ``to_hf_state_dict`` read and write
   transformers' names and layouts (``coda_spec.nn.layout``).
 * :func:`apply_to_hf_llama` (``coda_spec.nn.hf``): the same chains patched into an existing
-  transformers ``LlamaForCausalLM``.
+  transformers ``LlamaForCausalLM`` (what ``apply_to_hf`` runs for a Llama).
 * ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
   as transformers makes them) or refused.
 """
 
+from coda_spec.nn.families import FAMILIES, apply_to_hf, from_hf
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
 
-__all__ = ["LlamaConfig", "LlamaForCausalLM", "LlamaShape", "apply_to_hf_llama"]
+__all__ = [
+    "FAMILIES",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "LlamaShape",
+    "apply_to_hf",
+    "apply_to_hf_llama",
+    "from_hf",
+]
