@@ -20,9 +20,9 @@ from coda_spec.check.facts import (
     load_hint,
     shape_expr,
 )
+from coda_spec.check.gemm import gemm_shape, tma_rule
 from coda_spec.check.lowering import epilogue_refusals, host_refusals
 from coda_spec.check.writes import finalize_step, store_item
-from coda_spec.dtypes import DTYPES
 from coda_spec.errors import Diagnostic, ItemError, did_you_mean
 from coda_spec.finalize import ops_folding
 from coda_spec.primitives.base import (
@@ -34,14 +34,6 @@ from coda_spec.primitives.base import (
     double,
     half,
 )
-
-GEMM_DTYPES = ("bf16", "fp16", *FP8_DTYPES)  # what the sm90 mainloop takes as A and B
-
-
-def _k_major(key: str, opnd) -> bool:
-    """Whether a GEMM operand is read k-major: ``a: x`` with x [M, K], ``b: w.T`` with w [N, K]
-    (the only layout QuACK 0.6.5's sm90 GEMM takes for fp8; ``GemmSm90.is_valid_dtypes``)."""
-    return opnd.transposed == (key == "b")
 
 
 def _fp8_input(t) -> bool:
@@ -113,16 +105,6 @@ class StepWalker:
             self.unknown.add(name)
         return None
 
-    def tma_rule(self, width, dtype, path, what):
-        per = 16 // next((d.bytes for d in DTYPES if d.name == dtype), 2)
-        if isinstance(width, int) and width % per:
-            self.err(
-                path,
-                f"{what} is {width} wide; {dtype} rows must be a multiple of {per} "
-                "elements (16-byte TMA rows)",
-                f"pad it to {width + per - width % per}",
-            )
-
     # -- steps -----------------------------------------------------------------------------------
     def walk(self, steps, scope, quiet) -> tuple:
         out = []
@@ -141,85 +123,12 @@ class StepWalker:
                 )
         return tuple(out)
 
-    def _gemm(self, step, scope, quiet):
-        g = step.gemm
-        path = step.loc.path + ("gemm",)
-        infos = {}
-        for key, opnd in (("a", g.a), ("b", g.b)):
-            info = self.tensor(opnd.name, scope, path + (key,), quiet)
-            if info is None:
-                return None
-            if len(info.shape) != 2:
-                self.err(
-                    path + (key,),
-                    f"gemm operand '{opnd.name}' has rank {len(info.shape)}"
-                    "; GEMM operands are matrices",
-                )
-                return None
-            if info.dtype not in GEMM_DTYPES:
-                self.err(
-                    path + (key,),
-                    f"gemm operand '{opnd.name}' is {info.dtype}; the sm90 "
-                    "mainloop takes bf16, fp16, fp8_e4m3 or fp8_e5m2",
-                    "cast it when it is stored",
-                )
-                return None
-            if info.dtype in FP8_DTYPES and not _k_major(key, opnd):
-                self._not_k_major(key, opnd, info, path + (key,))
-                return None
-            rows, cols = info.shape
-            infos[key] = (cols, rows) if opnd.transposed else (rows, cols)
-        (m, ka), (kb, n) = infos["a"], infos["b"]
-        a, b = self.tensor(g.a.name, scope, (), quiet), self.tensor(g.b.name, scope, (), quiet)
-        if a.dtype != b.dtype and not (a.dtype in FP8_DTYPES and b.dtype in FP8_DTYPES):
-            fp8 = next((t for t in (a, b) if t.dtype in FP8_DTYPES), None)
-            self.err(
-                path,
-                f"gemm operands differ in dtype ({a.dtype} vs {b.dtype})",
-                "a and b must share one dtype, bf16 or fp16"
-                if fp8 is None
-                else "QuACK 0.6.5's sm90 GEMM needs both operands 8-bit for an fp8 one "
-                f"('{fp8.name}'); quantize the other to fp8_e4m3 or fp8_e5m2 too (mixed "
-                "e4m3 x e5m2 is fine), or declare both bf16",
-            )
-        if ka != kb:
-            flip = f"{g.b.name}" if g.b.transposed else f"{g.b.name}.T"
-            fixes = infos["b"][::-1][0] == ka
-            self.err(
-                path + ("b",),
-                f"inner dims differ: a is [{m}, {ka}] but b is [{kb}, {n}]",
-                f"did you mean b: {flip}?"
-                if fixes
-                else "acc = a @ b needs a's columns to equal b's rows; check the shapes of "
-                f"'{g.a.name}' and '{g.b.name}'",
-            )
-            return None
-        self.tma_rule(ka, a.dtype, path, "the reduction dim K")
-        # An fp8 GEMM's natural output (a store without a dtype) is bf16, not fp8.
-        return m, n, ka, "bf16" if a.dtype in FP8_DTYPES else a.dtype, (a.dtype, b.dtype)
-
-    def _not_k_major(self, key, opnd, info, path) -> None:
-        """An fp8 operand read other than k-major (``a: x.T``, or ``b: w``)."""
-        rows, cols = info.shape
-        if key == "a":
-            how = f"a: {opnd.name}.T reads [{rows}, {cols}] (K first) as A: m-major"
-            fix = f"declare '{opnd.name}' as [M, K] ([{cols}, {rows}]) and write a: {opnd.name}"
-        else:
-            how = f"b: {opnd.name} reads [{rows}, {cols}] (K first) as B: n-major"
-            fix = f"declare '{opnd.name}' as [N, K] ([{cols}, {rows}]) and write b: {opnd.name}.T"
-        self.err(
-            path,
-            f"fp8 operand '{opnd.name}' is not k-major ({how}); QuACK 0.6.5's sm90 GEMM takes "
-            f"{info.dtype} operands k-major only",
-            fix,
-        )
-
     def epilogue_step(self, step, scope, quiet):
         is_kernel = step.kind == "kernel"
         env: dict = {}
         self.vector_over = None
         if is_kernel:
-            shape = self._gemm(step, scope, quiet)
+            shape = gemm_shape(self, step, scope, quiet)
             if shape is None:
                 return self._failed(step, scope)
             rows, width, k, dtype, operands = shape
@@ -476,7 +385,7 @@ class StepWalker:
             results = None
         self._bind(step, op, results, env, scope, p, tc, writes)
         if results and p.tensors and op.prim.startswith("load_tile"):
-            self.tma_rule(results[0].width, tensors[p.tensors[0]].dtype, path, "the loaded tile")
+            tma_rule(self, results[0].width, tensors[p.tensors[0]].dtype, path, "the loaded tile")
         return p.family == "reduction"
 
     def _bind(self, step, op, results, env, scope, p, tc, writes):

@@ -11,6 +11,7 @@ they read and extend.
 from __future__ import annotations
 
 from coda_spec.check.facts import StepInfo, TensorInfo
+from coda_spec.check.gemm import tma_rule
 from coda_spec.dims import DimError, fold, show
 from coda_spec.errors import Diagnostic, closest
 from coda_spec.expr import ExprError, free_names, parse
@@ -238,7 +239,7 @@ def store_item(w, step, op, vt, tensors, scope, tc, dtype, writes, quiet=()):
         declared = want  # reported here; the outputs check stays quiet
     dt = declared or want or default
     if vt.kind == "tile":
-        w.tma_rule(vt.width, dt, path, f"stored tile '{to}'")
+        tma_rule(w, vt.width, dt, path, f"stored tile '{to}'")
     init = op.get("add_to")
     _fp8_store(w, op, vt, dt, init)
     if init is not None and tensors.get("add_to") is not None:
