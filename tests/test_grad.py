@@ -304,6 +304,18 @@ def test_a_forward_that_fails_its_proof_is_the_specs_error(tmp_path, capsys):
     assert f"chain.yaml:{line}:3: error: equivalent_to: forward output 'h' differs" in err, err
 
 
+def test_an_incoming_gradient_added_in_place_is_read_by_its_new_name(tmp_path):
+    """Two residual streams whose gradients both come in (Llama-3's x1 and x2:
+    ``coda grad specs/llama3_layer.yaml --wrt ...`` exited 1, "a coda bug"). The second kernel's
+    d(acc) = d_x2 + the scale's branch was stored into d_x2 in place; h's gradient, that sum
+    plus d_h, was then accumulated into d_x2 a second time: "add_to: 'd_x2' was accumulated
+    into in place by step 'dgrad_third'". h's gradient is now the stored sum dx2 plus d_h."""
+    code, out = _run(tmp_path, (ROOT / "tests/grad_specs/two_residuals.yaml").read_text())
+    assert code == 0  # derived, checked and proven
+    text = out.read_text()
+    assert text.count("add_to: d_x2") == 1 and "{add: [dx2, acc]" in text, text
+
+
 def test_keep_names_a_tensor_of_the_forward(tmp_path):
     """--keep NAME of no tensor was accepted silently."""
     from tests.conftest import invoke
