@@ -316,6 +316,19 @@ def test_an_incoming_gradient_added_in_place_is_read_by_its_new_name(tmp_path):
     assert text.count("add_to: d_x2") == 1 and "{add: [dx2, acc]" in text, text
 
 
+def test_a_saved_wgrad_operand_is_not_loaded_for_nothing(tmp_path):
+    """A dgrad step whose weight gradient reads a saved A operand loaded that tile and left it
+    unused (check warned "value 's' is never used"; tests/specs_extra/gelu_erf_mlp.yaml had
+    such a load of h): the load is left out, the wgrad still reads the saved tensor."""
+    from tests.conftest import coda_check
+
+    code, out = _run(tmp_path, (ROOT / "tests/grad_specs/two_residuals.yaml").read_text())
+    assert code == 0
+    res = coda_check(out)
+    assert res.exit_code == 0 and "warning" not in res.output, res.output
+    assert "{load_tile: s}" not in out.read_text() and "b: s}" in out.read_text()
+
+
 LLAMA3_LAYER = ROOT / "specs" / "llama3_layer.yaml"
 LLAMA3_WRT = ["x0", "y", "w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv"]  # not freqs
 

@@ -95,11 +95,13 @@ def wgrad_operand(step, j: FKernel) -> None:
         step.d.save.add(j.a)
         return
     step.current = va
+    n = len(step.b.items)
     value = step.val(va)
     if j.row_scale is not None and not scaled:
         r = step.load("load_col", j.row_scale.get("mul")[1])
         value = step.emit(j.row_scale, "mul", [value, r], name=f"v_{j.a}")
     elif value == j.a:  # read back from memory: wgrad reads the saved tensor itself
+        del step.b.items[n:]  # (a load only for this: this step does not read it)
         step.d.wgrad_a[j.index] = j.a
         return
     name = value if value not in step.tensor_names() else step.d.fresh(f"{j.a}_r")
