@@ -304,6 +304,65 @@ def test_a_forward_that_fails_its_proof_is_the_specs_error(tmp_path, capsys):
     assert f"chain.yaml:{line}:3: error: equivalent_to: forward output 'h' differs" in err, err
 
 
+def test_an_incoming_gradient_added_in_place_is_read_by_its_new_name(tmp_path):
+    """Two residual streams whose gradients both come in (Llama-3's x1 and x2:
+    ``coda grad specs/llama3_layer.yaml --wrt ...`` exited 1, "a coda bug"). The second kernel's
+    d(acc) = d_x2 + the scale's branch was stored into d_x2 in place; h's gradient, that sum
+    plus d_h, was then accumulated into d_x2 a second time: "add_to: 'd_x2' was accumulated
+    into in place by step 'dgrad_third'". h's gradient is now the stored sum dx2 plus d_h."""
+    code, out = _run(tmp_path, (ROOT / "tests/grad_specs/two_residuals.yaml").read_text())
+    assert code == 0  # derived, checked and proven
+    text = out.read_text()
+    assert text.count("add_to: d_x2") == 1 and "{add: [dx2, acc]" in text, text
+
+
+def test_a_saved_wgrad_operand_is_not_loaded_for_nothing(tmp_path):
+    """A dgrad step whose weight gradient reads a saved A operand loaded that tile and left it
+    unused (check warned "value 's' is never used"; tests/specs_extra/gelu_erf_mlp.yaml had
+    such a load of h): the load is left out, the wgrad still reads the saved tensor."""
+    from tests.conftest import coda_check
+
+    code, out = _run(tmp_path, (ROOT / "tests/grad_specs/two_residuals.yaml").read_text())
+    assert code == 0
+    res = coda_check(out)
+    assert res.exit_code == 0 and "warning" not in res.output, res.output
+    assert "{load_tile: s}" not in out.read_text() and "b: s}" in out.read_text()
+
+
+LLAMA3_LAYER = ROOT / "specs" / "llama3_layer.yaml"
+LLAMA3_WRT = ["x0", "y", "w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv"]  # not freqs
+
+
+def test_an_incoming_gradient_of_a_packed_pair_input_is_refused_at_its_item(tmp_path, capsys):
+    """llama3_layer's z1 is an output (saved for the backward), so d_z1 comes in by default;
+    dswiglu's epilogue reads z1 as its one packed tile and cannot load d_z1. The derivation
+    emitted the load and the lowering refused it in the derived text ("write a backward:
+    section by hand"); it is now refused at the swiglu item, naming --from."""
+    code, out = _run(tmp_path, LLAMA3_LAYER.read_text(), wrt=LLAMA3_WRT, replace=True)
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists(), err
+    assert (
+        "chain.yaml:64:9: error: steps[2].epilogue[3]: coda grad cannot derive a gradient of "
+        "'z1' in memory (d_z1) besides swiglu's" in err
+    ), err
+    assert "leave 'z1' out of --from" in err
+
+
+@pytest.mark.slow
+def test_the_llama3_layer_derives_with_its_residual_gradients(tmp_path):
+    """The shipped layer chain with both residual streams' gradients coming in (d_x1, d_x2) and
+    the next layer's d_qkv: derived, checked and proven (exit 1 before, the in-place add_to)."""
+    code, out = _run(
+        tmp_path,
+        LLAMA3_LAYER.read_text(),
+        wrt=LLAMA3_WRT,
+        incoming=["qkv", "x1", "x2"],
+        replace=True,
+    )
+    assert code == 0
+    assert out.read_text().count("add_to: d_x2") == 1
+
+
 def test_keep_names_a_tensor_of_the_forward(tmp_path):
     """--keep NAME of no tensor was accepted silently."""
     from tests.conftest import invoke

@@ -26,7 +26,8 @@ scale and its ``sumsq`` statistic (finalize ``rsqrt_mean``, or a derived ``rsqrt
 target-logit gather; any of these elementwise items over a column range (``cols:``, the rules'
 module doc). Not derived (a located error suggesting a hand-written ``backward:``):
 forward host steps, prepass statistics, repeated row vectors, a kernel storing the A
-operands of two GEMMs, and ops without a rule.
+operands of two GEMMs, an incoming gradient of a swiglu / geglu input (the packed epilogue reads
+one tile), and ops without a rule.
 """
 
 from __future__ import annotations

@@ -24,14 +24,15 @@ def finish_inputs_of(step, p: FKernel) -> None:
             later.append((tensor, g))
     _store_acc(step, p)
     for tensor, g in later:
+        mine, g = step.in_memory(g)  # (d(acc) stored into an incoming gradient in place)
         if all(t.load for t in g):  # tensors in memory already: pass them on, unread
-            step.d.pending.setdefault(tensor, []).extend(g)
+            step.d.pending.setdefault(tensor, []).extend(mine + g)
             continue
         # a value of this step: accumulate it into the tensor's gradient already in memory
         # (an incoming one), so the step that finishes it reads one tensor, not two
         g = list(g) + step.d.pending.pop(tensor, [])
         name = step.store_tensor(g, f"d{tensor}")
-        step.d.pending[tensor] = [Term(name, "load_tile")]
+        step.d.pending[tensor] = mine + [Term(name, "load_tile")]
 
 
 def _store_acc(step, p: FKernel) -> None:
@@ -94,11 +95,13 @@ def wgrad_operand(step, j: FKernel) -> None:
         step.d.save.add(j.a)
         return
     step.current = va
+    n = len(step.b.items)
     value = step.val(va)
     if j.row_scale is not None and not scaled:
         r = step.load("load_col", j.row_scale.get("mul")[1])
         value = step.emit(j.row_scale, "mul", [value, r], name=f"v_{j.a}")
     elif value == j.a:  # read back from memory: wgrad reads the saved tensor itself
+        del step.b.items[n:]  # (a load only for this: this step does not read it)
         step.d.wgrad_a[j.index] = j.a
         return
     name = value if value not in step.tensor_names() else step.d.fresh(f"{j.a}_r")

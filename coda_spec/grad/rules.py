@@ -198,6 +198,16 @@ def _gated(bwd: str):
             return
         dz, recomputed = step.emit_pair(op, bwd, step.mat(g), z=step.tile(z))
         step.recomputed(op.results[0], recomputed)
+        more = [t.name for t in step.g.get((step.fk.index, z), []) if t.load == "load_tile"]
+        if more and step.done().kind == "kernel":
+            raise Unsupported(
+                f"a gradient of '{z}' in memory ({', '.join(more)}) besides {op.prim}'s: the "
+                f"GEMM epilogue running {bwd} reads '{z}' as its one packed pair tile and can "
+                "load no other tile",
+                op.loc,
+                f"leave '{step.fk.stored_as(z) or z}' out of --from if it is an output saved "
+                "for the backward only, or mark that output 'differentiable: false'",
+            )
         step.contribute(z, step.grad(dz))
 
     return rule

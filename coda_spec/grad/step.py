@@ -45,6 +45,7 @@ class StepBuilder:
         self.g: dict = {}  # (forward kernel index, value) -> list[Term]
         self.memo: dict = {}  # tuple of terms -> value (mat) or tensor (store) name
         self.stored: dict = {}
+        self.inplace: dict = {}  # sum accumulated into a tile in place (add_to) -> its tensor
         self.contrib: dict = {}  # tensor loaded by the forward kernel -> list[Term]
         self.gemm_operands: set = set()
         self.fk: FKernel | None = None
@@ -191,6 +192,7 @@ class StepBuilder:
             name = base if exact else self.d.fresh(base)
             self.b.items.append(Item([("store", value), ("to", name), ("add_to", tiles[0].name)]))
             self.loaded.pop(("load_tile", tiles[0].name), None)
+            self.inplace[key] = name
         else:
             value = self.mat(g, name=base if not exact else f"{base}_sum")
             plain = value != "acc" and value not in self.tensor_names() and not exact
@@ -201,6 +203,19 @@ class StepBuilder:
         self.stored[key] = name
         self.d.tensors.add(name)
         return name
+
+    def in_memory(self, g: list) -> tuple:
+        """``g`` for a later step: each sum this step accumulated in place (``add_to``) that
+        ``g`` contains is the tensor it was stored as (the tile it was added to is consumed, so
+        only that tensor holds its terms). Returns (the tensors this step wrote, passed on
+        unread; the other terms)."""
+        mine, g = [], list(g)
+        for key, name in self.inplace.items():
+            rest = _less(g, key)
+            if rest is not None:
+                mine.append(Term(name, "load_tile"))
+                g = rest
+        return mine, g
 
     # ---- forward values --------------------------------------------------------------------
 
@@ -434,3 +449,13 @@ class StepBuilder:
 
     def wgrad_operand(self, j: FKernel) -> None:
         wgrad_operand(self, j)
+
+
+def _less(g: list, terms) -> list | None:
+    """``g`` less ``terms`` (each one occurrence), or None where ``g`` lacks one of them."""
+    rest = list(g)
+    for t in terms:
+        if t not in rest:
+            return None
+        rest.remove(t)
+    return rest
