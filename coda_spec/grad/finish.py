@@ -24,7 +24,7 @@ def finish_inputs_of(step, p: FKernel) -> None:
             later.append((tensor, g))
     _store_acc(step, p)
     for tensor, g in later:
-        mine, g = step.in_memory(g)  # (d(acc) stored into an incoming gradient in place)
+        mine, g = in_memory(step.inplace, g)  # (d(acc) stored into an incoming gradient in place)
         if all(t.load for t in g):  # tensors in memory already: pass them on, unread
             step.d.pending.setdefault(tensor, []).extend(mine + g)
             continue
@@ -107,3 +107,27 @@ def wgrad_operand(step, j: FKernel) -> None:
     name = value if value not in step.tensor_names() else step.d.fresh(f"{j.a}_r")
     step.b.items.append(Item([("store", value)] + ([("to", name)] if name != value else [])))
     step.d.wgrad_a[j.index] = name
+
+
+def in_memory(inplace: dict, g: list) -> tuple:
+    """``g`` for a later step: each sum a step accumulated into a tile in place (``inplace``, its
+    :attr:`StepBuilder.inplace`: the sum's terms -> the tensor stored) that ``g`` contains is
+    that tensor (the tile it was added to is consumed, so only the tensor holds its terms).
+    Returns (the tensors the step wrote, passed on unread; the other terms)."""
+    mine, g = [], list(g)
+    for key, name in inplace.items():
+        rest = _less(g, key)
+        if rest is not None:
+            mine.append(Term(name, "load_tile"))
+            g = rest
+    return mine, g
+
+
+def _less(g: list, terms) -> list | None:
+    """``g`` less ``terms`` (each one occurrence), or None where ``g`` lacks one of them."""
+    rest = list(g)
+    for t in terms:
+        if t not in rest:
+            return None
+        rest.remove(t)
+    return rest

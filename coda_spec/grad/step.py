@@ -204,19 +204,6 @@ class StepBuilder:
         self.d.tensors.add(name)
         return name
 
-    def in_memory(self, g: list) -> tuple:
-        """``g`` for a later step: each sum this step accumulated in place (``add_to``) that
-        ``g`` contains is the tensor it was stored as (the tile it was added to is consumed, so
-        only that tensor holds its terms). Returns (the tensors this step wrote, passed on
-        unread; the other terms)."""
-        mine, g = [], list(g)
-        for key, name in self.inplace.items():
-            rest = _less(g, key)
-            if rest is not None:
-                mine.append(Term(name, "load_tile"))
-                g = rest
-        return mine, g
-
     # ---- forward values --------------------------------------------------------------------
 
     def wants(self, value) -> bool:
@@ -449,13 +436,3 @@ class StepBuilder:
 
     def wgrad_operand(self, j: FKernel) -> None:
         wgrad_operand(self, j)
-
-
-def _less(g: list, terms) -> list | None:
-    """``g`` less ``terms`` (each one occurrence), or None where ``g`` lacks one of them."""
-    rest = list(g)
-    for t in terms:
-        if t not in rest:
-            return None
-        rest.remove(t)
-    return rest
