@@ -6,7 +6,7 @@ On the CPU at ``tests.test_nn_llama``'s tiny config (its CPU builds, fp64, trans
 RMSNorm and RoPE lifted to fp64 as there), with a head_dim of its own (32: 4 heads of 32 in a
 hidden size of 256, as Mistral-Nemo's 128 in 5120 is not 5120 / 32), the loss and every
 gradient equal transformers' within 1e-10: with a window that covers the batch's 32 tokens
-(attention as Llama's: SDPA's causal path) and with a window of 8 (a band mask), through
+or none (attention as Llama's: SDPA's causal path) and with a window of 8 (a band mask), through
 ``from_hf`` and through the ``apply_to_hf`` patch, on a padded and on a packed batch.
 """
 
@@ -71,11 +71,14 @@ def grads_match(hf, grads: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("window", "tied"), [(4096, False), (WINDOW, True)], ids=["window-covers", "window-8"]
+    ("window", "tied"),
+    [(None, False), (4096, False), (WINDOW, True)],
+    ids=["no-window", "window-covers", "window-8"],
 )
 def test_from_hf_matches_transformers_in_fp64(builds, hf_fp64, window, tied):
-    """coda's model of a Mistral: transformers' loss and gradients to 1e-10, with a window
-    longer than the batch (Mistral-7B's 4096: no mask) and one of 8 tokens (the band)."""
+    """coda's model of a Mistral: transformers' loss and gradients to 1e-10, with no window
+    (``sliding_window=None``: transformers' plain causal mask), a window longer than the batch
+    (Mistral-7B's 4096: no mask) and one of 8 tokens (the band)."""
     hf = mistral(window, tied)
     coda = coda_spec.nn.from_hf(hf, builds=builds)
     assert type(coda) is LlamaForCausalLM and coda.shape.window == window
