@@ -396,6 +396,9 @@ def test_a_config_the_chains_do_not_compute_is_refused(builds):
         LlamaForCausalLM(config(True, rms_norm_eps=1e-6), builds=builds)
     with pytest.raises(CodaRuntimeError, match="SwiGLU"):
         LlamaForCausalLM(config(True, hidden_act="gelu"), builds=builds)
+    # before: trained without the dropout transformers applies, silently
+    with pytest.raises(CodaRuntimeError, match="attention_dropout is 0.1: coda's attention"):
+        LlamaForCausalLM(config(True, attention_dropout=0.1), builds=builds)
 
 
 def test_the_model_compiles_with_no_graph_break(builds):

@@ -168,12 +168,11 @@ def test_the_state_dict_round_trips_and_the_entry_points_dispatch(builds):
 
 
 def test_what_a_mistral_config_asks_for_and_the_chains_do_not_serve_is_refused(builds):
-    """Attention dropout (coda's SDPA runs none: before, it was silently left out, for a Llama
-    too), a window that is not a positive int, and a Mistral head other than the causal LM."""
+    """Attention dropout (coda's SDPA runs none: before, it was silently left out; a Llama's
+    too, ``tests/test_nn_llama.py``), a window that is not a positive int, and a Mistral head
+    other than the causal LM."""
     with pytest.raises(CodaRuntimeError, match="attention_dropout is 0.1: coda's attention"):
         coda_spec.nn.from_hf(MistralForCausalLM(config(attention_dropout=0.1)), builds=builds)
-    with pytest.raises(CodaRuntimeError, match="attention_dropout is 0.1"):
-        coda_spec.nn.from_hf(tl.HFLlama(tl.config(True, attention_dropout=0.1)), builds=builds)
     with pytest.raises(CodaRuntimeError, match="sliding_window is 0: give a positive int"):
         coda_spec.nn.from_hf(MistralForCausalLM(config(window=0)), builds=builds)
     head = MistralForSequenceClassification(config())

@@ -11,20 +11,21 @@ into a GEMM's epilogue (docs/training.md draws it)::
     loss = llama3_lm_head(x2, h2, r2, target, row_w = valid / n)   # and its gradients
 
 Attention is torch's SDPA (causal, ``enable_gqa``: the flash kernel on the GPU) on q, k and v
-viewed out of ``qkv``; embeddings stay in torch. A Mistral (``config.model_type == "mistral"``,
-served by these chains: its decoder is Llama's) differs in its config alone: its sliding window
-is attention's, a band mask once the sequence is longer than the window (:func:`windowed`).
+viewed out of ``qkv``; embeddings stay in torch. The LM head is Liger's schedule in three
+vocabulary GEMMs (``specs/llama3_lm_head.yaml``): one forward call computes the logits (stored
+in bf16), the loss and, in the same call, the loss's gradients (dlogits in bf16, then dx2,
+dgamma_f and dW_lm), so the logits GEMM runs once. The model makes that call once per row chunk
+of the M tokens (:func:`lm_head_chunk`: C rows, the C x V bf16 logits at most
+``LM_HEAD_CHUNK_BYTES``; dlogits is stored over them, in the same buffer), so the logits and
+dlogits live only inside one chunk's call; the gradients are gathered over the chunks and held
+until the backward scales them by the loss's incoming gradient (:class:`_LMHead`). No M x V fp32
+tensor is made, and once M exceeds a chunk no M x V bf16 one. ``specs/llama3_last.yaml`` (the LM
+head with four vocabulary GEMMs: its backward recomputes the logits) is kept for comparison; the
+model no longer runs it.
 
-The LM head is Liger's schedule in three vocabulary GEMMs (``specs/llama3_lm_head.yaml``): one
-forward call computes the logits (stored in bf16), the loss and, in the same call, the loss's
-gradients (dlogits in bf16, then dx2, dgamma_f and dW_lm), so the logits GEMM runs once. The model
-makes that call once per row chunk of the M tokens (:func:`lm_head_chunk`: C rows, the C x V bf16
-logits at most ``LM_HEAD_CHUNK_BYTES``; dlogits is stored over them, in the same buffer), so the
-logits and dlogits live only inside one chunk's call; the gradients are gathered over the chunks
-and held until the backward scales them by the loss's incoming gradient (:class:`_LMHead`). No
-M x V fp32 tensor is made, and once M exceeds a chunk no M x V bf16 one. ``specs/llama3_last.yaml``
-(the LM head with four vocabulary GEMMs: its backward recomputes the logits) is kept for
-comparison; the model no longer runs it.
+A Mistral (``config.model_type == "mistral"``) is served by these chains: its decoder is Llama's,
+and it differs in its config alone. Its sliding window is attention's: a band mask once the
+sequence is longer than the window (:func:`windowed`).
 
 Weights are coda's layout (``coda_spec.nn.layout``: fused QKV with rotary pairs adjacent,
 interleaved gate/up), permuted once at load. Sizes: one build of each chain serves every config
