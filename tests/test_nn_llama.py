@@ -79,26 +79,33 @@ def all_builds(builds, tmp_path, monkeypatch):
     return {**builds, **cpu_builds(tmp_path, monkeypatch, RECOMPUTE.values())}
 
 
+def fp64_norm(self, x):
+    """transformers' RMSNorm at the input's dtype (the module docstring)."""
+    var = x.pow(2).mean(-1, keepdim=True)
+    return self.weight * (x * torch.rsqrt(var + self.variance_epsilon))
+
+
+def fp64_rotary(self, x, position_ids):
+    """transformers' rotary embedding at the input's dtype (the module docstring)."""
+    angles = position_ids[:, :, None].to(x.dtype) * self.inv_freq.to(x.dtype)[None, None]
+    emb = torch.cat((angles, angles), dim=-1)
+    return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+
+
 @pytest.fixture
 def hf_fp64(monkeypatch):
     """transformers' RMSNorm, RoPE and loss at the model's dtype (the module docstring)."""
-
-    def norm(self, x):
-        var = x.pow(2).mean(-1, keepdim=True)
-        return self.weight * (x * torch.rsqrt(var + self.variance_epsilon))
-
-    def rotary(self, x, position_ids):
-        angles = position_ids[:, :, None].to(x.dtype) * self.inv_freq.to(x.dtype)[None, None]
-        emb = torch.cat((angles, angles), dim=-1)
-        return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
-
-    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", norm)
-    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", rotary)
+    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", fp64_norm)
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", fp64_rotary)
 
 
-def hf_model(tied: bool, dtype=torch.float64, seed: int = 0) -> HFLlama:
+def hf_model(tied: bool, dtype=torch.float64, seed: int = 0, family=None) -> HFLlama:
+    """A transformers model at the tiny config, its norms perturbed; ``family``: ``(class,
+    config)`` of another family the Llama chains serve (tests/test_nn_mistral.py), else
+    transformers' Llama (``tied`` then ignored: the config has it)."""
     torch.manual_seed(seed)
-    model = HFLlama(config(tied)).to(dtype)
+    cls, cfg = family if family is not None else (HFLlama, config(tied))
+    model = cls(cfg).to(dtype)
     with torch.no_grad():  # norms away from 1, so their gradients are exercised
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -389,6 +396,9 @@ def test_a_config_the_chains_do_not_compute_is_refused(builds):
         LlamaForCausalLM(config(True, rms_norm_eps=1e-6), builds=builds)
     with pytest.raises(CodaRuntimeError, match="SwiGLU"):
         LlamaForCausalLM(config(True, hidden_act="gelu"), builds=builds)
+    # before: trained without the dropout transformers applies, silently
+    with pytest.raises(CodaRuntimeError, match="attention_dropout is 0.1: coda's attention"):
+        LlamaForCausalLM(config(True, attention_dropout=0.1), builds=builds)
 
 
 def test_the_model_compiles_with_no_graph_break(builds):

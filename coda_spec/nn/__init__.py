@@ -1,7 +1,8 @@
 """``coda_spec.nn``: models assembled from the bundled chains (docs/training.md).
 
 * :func:`from_hf` / :func:`apply_to_hf` (``coda_spec.nn.families``): the entry point for every
-  family, dispatching on transformers' ``config.model_type`` (today ``"llama"``): coda's own
+  family, dispatching on transformers' ``config.model_type`` (today ``"llama"``, and
+  ``"mistral"`` through the Llama's chains, its sliding window in attention): coda's own
   model of a transformers model, or the transformers model patched in place as a drop-in for
   its training loops (``Trainer`` included).
 * :class:`LlamaForCausalLM` (``coda_spec.nn.llama``): a Llama-3 decoder with GQA whose GEMMs and

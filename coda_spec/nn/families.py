@@ -11,7 +11,8 @@ A model type not in :data:`FAMILIES`, or a model of a served type that is not it
 (``LlamaForSequenceClassification``), is refused with a ``CodaRuntimeError`` naming it, the
 families served and what to do. Adding a family is one :class:`Family` entry and its module
 (its coda model with a ``from_hf`` classmethod, its ``apply_to_hf_<family>`` over
-``drop_in``); docs/training.md, "One entry point".
+``drop_in``), or an entry alone where a family's decoder is one already served (Mistral's is
+Llama's); docs/training.md, "One entry point".
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ class Family:
     apply: Callable
 
 
-FAMILIES = (Family("llama", "LlamaForCausalLM", LlamaForCausalLM, apply_to_hf_llama),)
+# Mistral's decoder is Llama's (the same projections, names and layouts, RMSNorm, SwiGLU, RoPE,
+# no biases); its config differs, and ``LlamaShape.of`` reads it: the sliding window (attention's
+# mask, ``coda_spec.nn.llama.windowed``) and a head_dim that need not be hidden / heads.
+FAMILIES = (
+    Family("llama", "LlamaForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
+    Family("mistral", "MistralForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
+)
 
 
 def _served() -> str:

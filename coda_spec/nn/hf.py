@@ -129,8 +129,9 @@ def drop_in(model, loss):
 def apply_to_hf_llama(
     model, builds="build", tuned=None, recompute: bool = False, lm_head_chunk_rows=None
 ):
-    """Patch ``model`` (a transformers ``LlamaForCausalLM``) in place to train through coda's
-    chains (the module docstring); returns it. ``builds``, ``tuned``, ``recompute``,
+    """Patch ``model`` (a transformers ``LlamaForCausalLM``, or a ``MistralForCausalLM``: the same
+    decoder, its sliding window read from its config) in place to train through coda's chains
+    (the module docstring); returns it. ``builds``, ``tuned``, ``recompute``,
     ``lm_head_chunk_rows``: as ``coda_spec.nn.LlamaForCausalLM``'s."""
     shape = LlamaShape.of(model.config)
     rows = checked_chunk_rows(lm_head_chunk_rows)

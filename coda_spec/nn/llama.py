@@ -23,6 +23,10 @@ tensor is made, and once M exceeds a chunk no M x V bf16 one. ``specs/llama3_las
 head with four vocabulary GEMMs: its backward recomputes the logits) is kept for comparison; the
 model no longer runs it.
 
+A Mistral (``config.model_type == "mistral"``) is served by these chains: its decoder is Llama's,
+and it differs in its config alone. Its sliding window is attention's: a band mask once the
+sequence is longer than the window (:func:`windowed`).
+
 Weights are coda's layout (``coda_spec.nn.layout``: fused QKV with rotary pairs adjacent,
 interleaved gate/up), permuted once at load. Sizes: one build of each chain serves every config
 whose dims its kernels support, re-sized at load (``coda_spec.ops.resized``); constructing a
@@ -163,6 +167,9 @@ class LlamaShape:
     eps: float
     tied: bool
     inv_freq: tuple  # RoPE's per-pair frequencies of one head, as transformers computes them
+    # Mistral's sliding window: a query attends to itself and the window - 1 tokens before it
+    # (transformers' sliding_window_overlay); None: full causal attention (:func:`_window`)
+    window: int | None = None
 
     @property
     def dims(self) -> dict:
@@ -178,8 +185,10 @@ class LlamaShape:
 
     @classmethod
     def of(cls, config) -> LlamaShape:
-        """From a transformers ``LlamaConfig`` (transformers in ``versions.TRANSFORMERS``) or a
-        :class:`LlamaConfig`."""
+        """From a transformers ``LlamaConfig`` or ``MistralConfig`` (transformers in
+        ``versions.TRANSFORMERS``) or a :class:`LlamaConfig`. What the chains cannot serve is a
+        ``CodaRuntimeError``: biases, an MLP other than SwiGLU, attention dropout, RoPE that
+        scales cos/sin."""
         if type(config).__module__.split(".")[0] == "transformers":
             require_transformers()
         heads = config.num_attention_heads
@@ -189,6 +198,12 @@ class LlamaShape:
         act = getattr(config, "hidden_act", "silu")
         if act != "silu":
             raise CodaRuntimeError(f"the coda Llama's MLP is SwiGLU (silu); this config has {act}")
+        dropout = getattr(config, "attention_dropout", 0.0)
+        if dropout:
+            raise CodaRuntimeError(
+                f"this config's attention_dropout is {dropout}: coda's attention (SDPA) runs "
+                "without dropout; set config.attention_dropout = 0.0, or train with transformers"
+            )
         return cls(
             config.vocab_size,
             config.hidden_size,
@@ -200,6 +215,7 @@ class LlamaShape:
             float(config.rms_norm_eps),
             bool(config.tie_word_embeddings),
             tuple(_inv_freq(config, head_dim).tolist()),
+            _window(config),
         )
 
 
@@ -209,6 +225,24 @@ def require_transformers() -> None:
     why = versions.unsupported_transformers(versions.version("transformers"))
     if why:
         raise CodaRuntimeError(why)
+
+
+def _window(config) -> int | None:
+    """The sliding window of a Mistral config (``model_type == "mistral"``: transformers'
+    ``MistralForCausalLM`` applies ``config.sliding_window`` on every layer, None meaning full
+    causal attention); None for every other config (a Llama has none; a family whose window
+    depends on other fields, as Qwen2's ``use_sliding_window``, reads it in its own port)."""
+    if getattr(config, "model_type", None) != "mistral":
+        return None
+    window = getattr(config, "sliding_window", None)
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise CodaRuntimeError(
+            f"this Mistral config's sliding_window is {window!r}: give a positive int (the "
+            "tokens a query attends to, itself included), or None for full causal attention"
+        )
+    return window
 
 
 def _inv_freq(config, head_dim: int) -> torch.Tensor:
@@ -298,7 +332,8 @@ def causal_lm_loss(
     (``coda_spec.nn.call``): labels shifted here (row ``t`` predicts ``labels[t + 1]``; ``-100``
     is ignored); ``num_items_in_batch`` (transformers' gradient accumulation) divides the summed
     loss instead of the count of valid targets; ``attention_mask`` and ``position_ids`` as
-    transformers' (a padded or packed batch attends through a mask).
+    transformers' (a padded or packed batch attends through a mask); a Mistral's sliding window
+    (``shape.window``) as transformers' (:func:`windowed`).
     ``lm_head_chunk_rows``: the LM head's rows per chunk (:func:`lm_head_chunk`; None: the
     rule)."""
     rows = checked_chunk_rows(lm_head_chunk_rows)
@@ -306,6 +341,7 @@ def causal_lm_loss(
     b, s = call.ids.shape
     m = b * s
     pos, target = call.pos, call.target
+    mask = windowed(call.mask, shape.window, s, call.ids.device)
     x = F.embedding(call.ids, root["embed_tokens.weight"]).reshape(m, shape.hidden)
     qkv = within(
         0,
@@ -319,7 +355,7 @@ def causal_lm_loss(
         return {"x0": x, "y": y, **{k: w[v] for k, v in keep.items()}}
 
     for i in range(shape.layers - 1):
-        y = _attention(qkv, shape, b, s, call.mask)
+        y = _attention(qkv, shape, b, s, mask)
         out = within(
             i,
             lambda wi, y=y, i=i: within(
@@ -330,7 +366,7 @@ def causal_lm_loss(
             ),
         )
         x, qkv = out["x2"], out["qkv"]
-    y = _attention(qkv, shape, b, s, call.mask)
+    y = _attention(qkv, shape, b, s, mask)
     out = within(
         shape.layers - 1,
         lambda wl: chains["llama3_last_mlp"](**mlp(wl, y), gamma_f=root["norm"]),
@@ -345,6 +381,21 @@ def causal_lm_loss(
     return _LMHead.apply(
         head, chunks, out["x2"], out["h2"], out["r2"], root["norm"], lm, target, row_w
     )
+
+
+def windowed(mask, window: int | None, s: int, device) -> torch.Tensor | None:
+    """The attention mask of a sequence of ``s`` tokens under a sliding window of ``window``
+    tokens: ``mask`` (``coda_spec.nn.call``'s ``[B, 1, S, S]``, or None: causal) with each query
+    ``i`` kept to keys ``i - window < j <= i``, transformers' ``sliding_window_overlay`` over
+    sequence indices (within a packed sequence too, as transformers). When ``s <= window`` (or
+    no window) every key a causal query sees is in its window: ``mask`` as given, so an unmasked
+    batch keeps SDPA's ``is_causal`` (flash) path; past it, SDPA takes the ``[1, 1, S, S]``
+    band (its math or memory-efficient kernel on the GPU, k and v repeated to the query heads)."""
+    if window is None or s <= window:
+        return mask
+    i = torch.arange(s, device=device)
+    band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)  # [query, key]
+    return band[None, None] if mask is None else mask & band
 
 
 class _LMHead(torch.autograd.Function):
@@ -424,7 +475,8 @@ class _Heads(torch.autograd.Function):
 
 def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None) -> torch.Tensor:
     """SDPA over the heads of ``qkv [M, (NH + 2*NKV)*HD]``; returns ``y [M, NH*HD]``. ``mask``
-    (``[B, 1, S, S]`` bool, ``coda_spec.nn.call``): a padded or packed batch's, with k and v
+    (``[B or 1, 1, S, S]`` bool, ``coda_spec.nn.call``): a padded or packed batch's, or a sliding
+    window's (:func:`windowed`), with k and v
     repeated to the query heads as transformers does with a mask (SDPA's GQA takes the math
     kernel with one on the GPU); None: causal."""
     h, kv, hd = shape.heads, shape.kv_heads, shape.head_dim
@@ -441,7 +493,8 @@ def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None) 
 class LlamaForCausalLM(torch.nn.Module):
     """A Llama-3 causal LM from the bundled chains (the module docstring).
 
-    ``config``: a transformers ``LlamaConfig`` or :class:`LlamaConfig`. ``builds``: a build root
+    ``config``: a transformers ``LlamaConfig`` (or ``MistralConfig``) or :class:`LlamaConfig`.
+    ``builds``: a build root
     or ``{chain name: build}`` (:func:`chain_ops`). ``recompute=True``: every layer's MLP
     recomputes its gate/up pre-activation in the backward (one more GEMM per layer) instead of
     saving it, through ``llama3_layer_recompute`` and ``llama3_last_mlp_recompute``
