@@ -49,8 +49,7 @@ class StepBuilder:
         self.contrib: dict = {}  # tensor loaded by the forward kernel -> list[Term]
         self.gemm_operands: set = set()
         self.fk: FKernel | None = None
-        self.current = ""
-        self.noted: set = set()
+        self.current, self.noted = "", set()  # the item being differentiated; lines noted
         self.acc_grad = None
         self.scaled = False  # d(acc) already multiplied by the deferred row scale
 
