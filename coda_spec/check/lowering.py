@@ -37,7 +37,7 @@ def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
         if no is None:
             no = _statistic_refusal(p.prepass_of(op), mode, producers, w.prims)
         if no is None and op.prim == "store":
-            no = stores.refusal(op) or _fp8_pair_refusal(op, mode, scope)
+            no = stores.refusal(op) or _fp8_pair_refusal(op, mode, width, scope)
         if no is not None:
             at = op.loc.path + ((no.key,) if no.key else ())
             w.err(at, f"cannot lower '{op.prim}': {no.message}", no.hint)
@@ -45,15 +45,20 @@ def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
             producers[r] = (idx, op)
 
 
-def _fp8_pair_refusal(op, mode: str, scope) -> ItemError | None:
-    """fp8 tiles are stored from plain kernels: QuACK 0.6.5 stores an acc_pair aux tile in fp8
-    on sm100 only (its gated STSM path), and a packed kernel's D is 16-bit pairs."""
+def _fp8_pair_refusal(op, mode: str, width, scope) -> ItemError | None:
+    """fp8 tiles are stored from plain kernels, and as the half-width tiles of acc_pair kernels
+    (``PairF8Store``: QuACK's gated store with an 8-bit element on sm90); an acc_pair kernel's
+    D (its one full-width tile) is not stored in fp8 (neither built nor verified beside the
+    gated store), and a packed kernel's D is 16-bit pairs."""
     info = scope.get(op.get("to"))
     if mode == "plain" or info is None or info.dtype not in FP8_DTYPES:
         return None
+    if mode == "acc_pair" and len(info.shape) == 2 and info.shape[1] != width:
+        return None  # a half-width tile: PairF8Store
+    what = "full-width tile (D)" if mode == "acc_pair" else "tile"
     return ItemError(
-        f"an {info.dtype} tile cannot be stored from an {mode} kernel (QuACK 0.6.5 stores fp8 "
-        "from plain kernels on sm90)",
+        f"an {info.dtype} {what} cannot be stored from an {mode} kernel (coda stores fp8 from "
+        "plain kernels, and as an acc_pair kernel's half-width tiles)",
         hint="store it in bf16 here and quantize it in a plain kernel or a host step",
     )
 

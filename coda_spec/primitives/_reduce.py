@@ -276,6 +276,10 @@ def reduce_lower(lc, op, axis: str):
             expr = f"{a0} + {a1}" if kind == "sum" else f"{a0} * {b0} + {a1} * {b1}"
     else:
         expr = vals[0].expr
+    if lc.mode == "acc_pair" and not paired and axis == "row" and kind != "logsumexp":
+        # A half-width value (one per pair, a gated activation's output): QuACK's acc_pair
+        # sinks take both lanes of the pair, so it goes in as a pair that folds to it.
+        expr = lc.call("pack", expr, expr if COMBINE[kind] != "add" else "0.0")
     if axis == "row":
         shape = (lc.rows, lc.n_tiles(lc.width, lc.tile[1]))
     else:
