@@ -5,10 +5,11 @@ output in the gate/up GEMM's epilogue).
 fp8 from plain kernels on sm90"); coda now stores it through ``PairF8Store``
 (``coda_spec/lower/quack_ops/pair_f8.py``: QuACK's gated store with an 8-bit element, whose sm90
 narrow path QuACK asserts away). Here: ``tests/specs_extra/swiglu_fp8_delayed.yaml`` proven with
-every mutant killed, the lowering's choice and field, the refusals that stay (an fp8 D of an
-acc_pair kernel, a half-width fp8 row that is not 16 bytes), and the sm_90a compile (slow
-tier). QuACK's TileStore methods the op relies on are pinned in tests/test_pair_f32.py. The
-bytes on the GPU are tests/gpu/test_pair_f8_gpu.py.
+every mutant killed, the lowering's choice and field, a per-row reduction of the half-width
+value (fed to QuACK's pair sink as a pair: a build failure before), the refusals that stay (an
+fp8 D of an acc_pair kernel, a half-width fp8 row that is not 16 bytes), and the sm_90a compile
+(slow tier). QuACK's TileStore methods the op relies on are pinned in tests/test_pair_f32.py.
+The bytes on the GPU are tests/gpu/test_pair_f8_gpu.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from coda_spec.check.frontend import check_file
 from coda_spec.config import DEFAULT
 from coda_spec.errors import EXIT_OK
 from coda_spec.lower.module import lower_spec
-from tests.conftest import ROOT, coda_check, needs_build
+from tests.conftest import ROOT, checked_text, coda_check, needs_build
 
 SPEC = ROOT / "tests" / "specs_extra" / "swiglu_fp8_delayed.yaml"
 
@@ -47,8 +48,20 @@ def test_fp8_half_width_output_lowers_to_pair_f8_store():
     fields = {f.name: f for f in k.fields}
     out = fields["out"]
     assert (out.dtype, out.shape, out.transform) == ("fp8_e4m3", ("M", 512), "")
-    # the amax of the half-width h goes into QuACK's acc_pair sink as a pair that folds to it
-    assert any('"amax_part": pack(h, h)' in line for line in k.body)
+
+
+@pytest.mark.parametrize(
+    ("kind", "fold", "sink"), [("absmax", "max", "pack(h, h)"), ("sum", "sum", "pack(h, 0.0)")]
+)
+def test_a_row_reduction_of_a_half_width_value_feeds_the_pair_sink(kind, fold, sink):
+    """QuACK's acc_pair sinks take both lanes of a pair; a reduce_row of the half-width h (one
+    value per pair) used to hand it h alone, which ``coda check`` accepted and ``coda build``
+    failed on (``TypeError: 'Float32' object is not subscriptable``, at trace). It goes in as a
+    pair that folds to h: twice for a max, beside a zero for a sum."""
+    text = SPEC.read_text().replace("reduce_row: absmax", f"reduce_row: {kind}")
+    text = text.replace("finalize: max", f"finalize: {fold}")
+    [k] = lower_spec(checked_text(text, "swiglu_reduce.yaml"), DEFAULT).kernels
+    assert any(f'"amax_part": {sink}' in line for line in k.body)
 
 
 def test_an_fp8_d_of_an_acc_pair_kernel_is_refused(tmp_path):
