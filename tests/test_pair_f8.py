@@ -14,6 +14,10 @@ The bytes on the GPU are tests/gpu/test_pair_f8_gpu.py.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import inspect
+
 import pytest
 
 from coda_spec.build import BuildOptions, build_spec
@@ -92,3 +96,24 @@ def test_builds_for_sm90a(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     res = build_spec(SPEC.relative_to(ROOT), BuildOptions(out=tmp_path, explicit=True))
     assert (res.directory / "kernel.py").is_file()
+
+
+# The QuACK 0.6.5 functions PairF8Store's narrow gated path runs through besides TileStore's
+# methods (pinned in tests/test_pair_f32.py), as sha256 prefixes of their source: the f32-grain
+# register permute, the smem store atom (universal 16-bit for 8-bit elements) and the halved epi
+# tile. A QuACK upgrade that changes one fails here; re-check pair_f8.py, then re-pin.
+QUACK_PINS = {
+    ("quack.layout_utils", "permute_gated_Cregs_f32"): "fd99ef7b778325eb",
+    ("quack.copy_utils", "get_smem_store_atom"): "dd1d99bbb7262210",
+    ("quack.epilogue.ops", "_gated_epi_tile_fn"): "b53aceacfd48a4e3",
+}
+
+
+@pytest.mark.slow  # imports quack and cutlass
+@needs_build
+@pytest.mark.parametrize(("module", "name"), sorted(QUACK_PINS))
+def test_quack_narrow_gated_path_is_unchanged(module, name):
+    fn = getattr(importlib.import_module(module), name)
+    fn = getattr(fn, "__wrapped__", fn)
+    got = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    assert got == QUACK_PINS[(module, name)], f"QuACK changed {module}.{name}"
