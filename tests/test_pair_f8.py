@@ -68,6 +68,22 @@ def test_a_row_reduction_of_a_half_width_value_feeds_the_pair_sink(kind, fold, s
     assert any(f'"amax_part": {sink}' in line for line in k.body)
 
 
+def test_a_column_reduction_of_a_half_width_value_is_refused_by_check(tmp_path):
+    """Its partials would be as wide as the GEMM (the pair sink folds into columns 2j, 2j + 1):
+    ``coda check`` used to accept it and ``coda build`` failed at trace (the TypeError above)."""
+    path = tmp_path / "half_col.yaml"
+    text = SPEC.read_text().replace(
+        "{reduce_row: absmax, of: h, as: amax_part}", "{reduce_col: max, of: h, as: amax_part}"
+    )
+    path.write_text(text.replace("over: rows, as: amax", "as: amax").replace("abs(h))", "h, 0)"))
+    res = coda_check(str(path))
+    assert res.exit_code == 2, res.output
+    assert (
+        "half_col.yaml:30:31: error: steps[0].epilogue[5].of: cannot lower 'reduce_col': a "
+        "per-column reduction of a half-width value is not lowered in an acc_pair kernel"
+    ) in res.output
+
+
 def test_an_fp8_d_of_an_acc_pair_kernel_is_refused(tmp_path):
     """The full-width tile (D) of a pair kernel stays 16-bit: refused at the store, where the
     build would otherwise go."""

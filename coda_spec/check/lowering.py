@@ -19,14 +19,16 @@ What depends on the config (``Primitive.supports``) is judged by the build, whic
 from __future__ import annotations
 
 from coda_spec.errors import ItemError
-from coda_spec.primitives.base import FP8_DTYPES, double
+from coda_spec.primitives._reduce import HALF_COL
+from coda_spec.primitives.base import FP8_DTYPES, double, half
 from coda_spec.primitives.lower_api import NO_PACKED_PREPASS, prepass_slice
 from coda_spec.primitives.store import ADD_TO_NOT_D, PAIR_ONE_FULL
 
 
-def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
+def epilogue_refusals(w, ops, mode: str, width, scope, env) -> None:
     """Report each item of a kernel's epilogue (``ops``, pairing ``mode``, GEMM N ``width``,
-    the chain tensors ``scope``) that its lowering would refuse; ``w`` is the ``StepWalker``."""
+    the chain tensors ``scope``, the value types ``env``) that its lowering would refuse; ``w``
+    is the ``StepWalker``."""
     producers: dict = {}  # value name -> (item index, item), as the lowering walk records them
     stores = _StoreOrder(mode, width, scope)
     for idx, op in enumerate(ops):
@@ -38,6 +40,8 @@ def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
             no = _statistic_refusal(p.prepass_of(op), mode, producers, w.prims)
         if no is None and op.prim == "store":
             no = stores.refusal(op) or _fp8_pair_refusal(op, mode, width, scope)
+        if no is None and op.prim == "reduce_col" and mode == "acc_pair":
+            no = _half_col_refusal(op, width, env)
         if no is not None:
             at = op.loc.path + ((no.key,) if no.key else ())
             w.err(at, f"cannot lower '{op.prim}': {no.message}", no.hint)
@@ -61,6 +65,16 @@ def _fp8_pair_refusal(op, mode: str, width, scope) -> ItemError | None:
         "plain kernels, and as an acc_pair kernel's half-width tiles)",
         hint="store it in bf16 here and quantize it in a plain kernel or a host step",
     )
+
+
+def _half_col_refusal(op, width, env) -> ItemError | None:
+    """A reduce_col of a half-width value in an acc_pair kernel (``_reduce.HALF_COL``)."""
+    of = op.get("of")
+    for raw in of if isinstance(of, list) else [of]:
+        t = env.get(raw, (None,))[0] if isinstance(raw, str) else None
+        if t is not None and t.kind == "tile" and t.width == half(width):
+            return ItemError(HALF_COL[0], "of", HALF_COL[1])
+    return None
 
 
 def host_refusals(w, ops) -> None:
