@@ -91,30 +91,6 @@ def test_an_fp8_per_row_store_is_refused():
     assert any("finalize results are fp32" in m for _, _, m, _ in errs), errs
 
 
-def test_an_fp8_tile_from_a_pair_kernel_is_refused():
-    text = """\
-coda: 1
-name: pair_fp8
-dims: {M: dynamic, D: 64, F: 64}
-tensors:
-  x: {shape: [M, D], dtype: bf16}
-  w: {shape: [F, D], dtype: bf16}
-steps:
-  - kernel: up
-    gemm: {a: x, b: w.T}
-    epilogue:
-      - {swiglu: acc, as: h}
-      - {store: h, dtype: fp8_e4m3}
-outputs: {h: fp8_e4m3}
-"""
-    [(line, col, msg, hint)] = _errors(text)
-    assert (line, col) == (12, 9)
-    assert msg.startswith(
-        "cannot lower 'store': an fp8_e4m3 tile cannot be stored from an acc_pair"
-    )
-    assert "quantize it in a plain kernel or a host step" in hint
-
-
 def test_an_fp8_input_beside_a_bf16_operand_is_refused():
     """fp8 inputs feed a GEMM (tests/test_fp8_gemm.py), but both operands must be 8-bit."""
     text = SPEC.read_text().replace(

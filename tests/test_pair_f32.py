@@ -7,7 +7,7 @@ fp8/fp4)``) after ``coda check --math`` called it valid and proven. coda now sto
 16-bit tile they are. Here: the lowering's choice and field, the sm_90a compile (slow tier), and
 pins of the QuACK ``TileStore`` methods the op re-states. The GPU numerics (the fp32 values
 rounded to bf16 equal QuACK's own bf16 output bit for bit) are tests/gpu/test_pair_f32_gpu.py.
-An fp8 half-width tile stays refused at the store by ``coda check`` (test_fp8_pair_refused).
+An fp8 half-width tile is ``PairF8Store``'s (tests/test_pair_f8.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from coda_spec.build import BuildOptions, build_spec
 from coda_spec.check.frontend import check_file
 from coda_spec.config import DEFAULT
 from coda_spec.lower.module import lower_spec
-from tests.conftest import ROOT, coda_check, needs_build
+from tests.conftest import ROOT, needs_build
 
 SPEC = ROOT / "tests" / "specs_extra" / "swiglu_fp32_aux.yaml"
 
@@ -42,18 +42,6 @@ def test_fp32_half_width_output_lowers_to_pair_f32_store():
     assert fields["out_bf"].transform == ""
 
 
-def test_fp8_pair_refused_at_the_store(tmp_path):
-    """QuACK 0.6.5 asserts 16-bit for an sm90 gated store and has no sm90 narrow path; an fp8
-    byte is a quarter of the pair's register, so unlike fp32 it is no re-reading of the bytes.
-    ``check`` refuses it where ``build`` would fail."""
-    path = tmp_path / "fp8_pair.yaml"
-    path.write_text(SPEC.read_text().replace("out: fp32, out_bf", "out: fp8_e4m3, out_bf"))
-    res = coda_check(str(path))
-    assert res.exit_code == 2
-    assert "fp8_pair.yaml:19:9: error: steps[0].epilogue[2]: cannot lower 'store'" in res.output
-    assert "store it in bf16 here" in res.output
-
-
 @pytest.mark.slow
 @needs_build
 def test_builds_for_sm90a(tmp_path, monkeypatch):
@@ -62,8 +50,10 @@ def test_builds_for_sm90a(tmp_path, monkeypatch):
     assert (res.directory / "kernel.py").is_file()
 
 
-# TileStore methods PairF32Store re-states or relies on (sha256 prefix of their source, QuACK
-# 0.6.5): a QuACK upgrade that changes one fails here; re-check pair_f32.py, then re-pin.
+# TileStore methods PairF32Store and PairF8Store re-state or rely on (sha256 prefix of their
+# source, QuACK 0.6.5; PairF8Store relies on store_convert's narrow gated permute on sm90 and on
+# _make_tiled_copy_r2s's sm90 geometry): a QuACK upgrade that changes one fails here; re-check
+# pair_f32.py and pair_f8.py, then re-pin.
 TILE_STORE_PINS = {
     "to_params": "a48347066af89677",
     "store_setup": "c435b388a6333b03",

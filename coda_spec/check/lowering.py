@@ -19,14 +19,16 @@ What depends on the config (``Primitive.supports``) is judged by the build, whic
 from __future__ import annotations
 
 from coda_spec.errors import ItemError
-from coda_spec.primitives.base import FP8_DTYPES, double
+from coda_spec.primitives._reduce import HALF_COL
+from coda_spec.primitives.base import FP8_DTYPES, double, half
 from coda_spec.primitives.lower_api import NO_PACKED_PREPASS, prepass_slice
 from coda_spec.primitives.store import ADD_TO_NOT_D, PAIR_ONE_FULL
 
 
-def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
+def epilogue_refusals(w, ops, mode: str, width, scope, env) -> None:
     """Report each item of a kernel's epilogue (``ops``, pairing ``mode``, GEMM N ``width``,
-    the chain tensors ``scope``) that its lowering would refuse; ``w`` is the ``StepWalker``."""
+    the chain tensors ``scope``, the value types ``env``) that its lowering would refuse; ``w``
+    is the ``StepWalker``."""
     producers: dict = {}  # value name -> (item index, item), as the lowering walk records them
     stores = _StoreOrder(mode, width, scope)
     for idx, op in enumerate(ops):
@@ -37,7 +39,9 @@ def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
         if no is None:
             no = _statistic_refusal(p.prepass_of(op), mode, producers, w.prims)
         if no is None and op.prim == "store":
-            no = stores.refusal(op) or _fp8_pair_refusal(op, mode, scope)
+            no = stores.refusal(op) or _fp8_pair_refusal(op, mode, width, scope)
+        if no is None and op.prim == "reduce_col" and mode == "acc_pair":
+            no = _half_col_refusal(op, width, env)
         if no is not None:
             at = op.loc.path + ((no.key,) if no.key else ())
             w.err(at, f"cannot lower '{op.prim}': {no.message}", no.hint)
@@ -45,17 +49,32 @@ def epilogue_refusals(w, ops, mode: str, width, scope) -> None:
             producers[r] = (idx, op)
 
 
-def _fp8_pair_refusal(op, mode: str, scope) -> ItemError | None:
-    """fp8 tiles are stored from plain kernels: QuACK 0.6.5 stores an acc_pair aux tile in fp8
-    on sm100 only (its gated STSM path), and a packed kernel's D is 16-bit pairs."""
+def _fp8_pair_refusal(op, mode: str, width, scope) -> ItemError | None:
+    """fp8 tiles are stored from plain kernels, and as the half-width tiles of acc_pair kernels
+    (``PairF8Store``: QuACK's gated store with an 8-bit element on sm90); an acc_pair kernel's
+    D (its one full-width tile) is not stored in fp8 (neither built nor verified beside the
+    gated store), and a packed kernel's D is 16-bit pairs."""
     info = scope.get(op.get("to"))
     if mode == "plain" or info is None or info.dtype not in FP8_DTYPES:
         return None
+    if mode == "acc_pair" and len(info.shape) == 2 and info.shape[1] != width:
+        return None  # a half-width tile: PairF8Store
+    what = "full-width tile (D)" if mode == "acc_pair" else "tile"
     return ItemError(
-        f"an {info.dtype} tile cannot be stored from an {mode} kernel (QuACK 0.6.5 stores fp8 "
-        "from plain kernels on sm90)",
+        f"an {info.dtype} {what} cannot be stored from an {mode} kernel (coda stores fp8 from "
+        "plain kernels, and as an acc_pair kernel's half-width tiles)",
         hint="store it in bf16 here and quantize it in a plain kernel or a host step",
     )
+
+
+def _half_col_refusal(op, width, env) -> ItemError | None:
+    """A reduce_col of a half-width value in an acc_pair kernel (``_reduce.HALF_COL``)."""
+    of = op.get("of")
+    for raw in of if isinstance(of, list) else [of]:
+        t = env.get(raw, (None,))[0] if isinstance(raw, str) else None
+        if t is not None and t.kind == "tile" and t.width == half(width):
+            return ItemError(HALF_COL[0], "of", HALF_COL[1])
+    return None
 
 
 def host_refusals(w, ops) -> None:

@@ -196,7 +196,7 @@ class StepWalker:
                 )
         mode = self._mode(step, env, ops, width)
         if is_kernel:
-            epilogue_refusals(self, ops, mode, width, scope)
+            epilogue_refusals(self, ops, mode, width, scope, env)
         else:
             host_refusals(self, ops)
         values = tuple((n, v[0]) for n, v in env.items())

@@ -130,6 +130,14 @@ def grouped(rt, kind, of, group: int):
     return combine(rt, kind, of, dim=2).squeeze(2)
 
 
+# A per-column reduction of a half-width value (one per pair) in an acc_pair kernel: QuACK's
+# pair sink folds the two lanes into accumulator columns 2j and 2j + 1, so its partials would be
+# as wide as the GEMM; analyze refuses it at the item (``check.lowering``), as the lowering does.
+HALF_COL = (
+    "a per-column reduction of a half-width value is not lowered in an acc_pair kernel",
+    "store the value and reduce it in a plain kernel or a host step",
+)
+
 COMBINE = {"sum": "add", "sumsq": "add", "dot": "add", "max": "max", "absmax": "max_abs"}
 
 # The per-element input a GroupStat folds, from the statistic's operand(s) ({x}, or {a} and {b}).
@@ -276,6 +284,12 @@ def reduce_lower(lc, op, axis: str):
             expr = f"{a0} + {a1}" if kind == "sum" else f"{a0} * {b0} + {a1} * {b1}"
     else:
         expr = vals[0].expr
+    if lc.mode == "acc_pair" and not paired and axis != "row":
+        raise lc.error(*HALF_COL)
+    if lc.mode == "acc_pair" and not paired and kind != "logsumexp":
+        # A half-width value (one per pair, a gated activation's output): QuACK's acc_pair
+        # sinks take both lanes of the pair, so it goes in as a pair that folds to it.
+        expr = lc.call("pack", expr, expr if COMBINE[kind] != "add" else "0.0")
     if axis == "row":
         shape = (lc.rows, lc.n_tiles(lc.width, lc.tile[1]))
     else:

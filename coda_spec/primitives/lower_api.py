@@ -66,6 +66,7 @@ from types import MappingProxyType
 
 from coda_spec import dims, idents
 from coda_spec.artifact import F32_BITS, Field
+from coda_spec.dtypes import names as dtype_names
 from coda_spec.errors import ItemError
 
 # Every name generated code may use, by the module kernel.py imports it from. A kernel.py
@@ -109,7 +110,7 @@ KERNEL_IMPORTS = MappingProxyType(
             "round_fp16",
             "select",
         ),
-        "coda_spec.lower.quack_ops": ("GroupStat", "HalfPartner", "PairF32Store"),
+        "coda_spec.lower.quack_ops": ("GroupStat", "HalfPartner", "PairF32Store", "PairF8Store"),
         "cutlass": ("Int64",),  # a Scalar op's element type: Scalar("seed", dtype=Int64)
         "coda_spec.lower.quack_private": ("angle_turns", "sincos_turns"),
     }
@@ -457,15 +458,15 @@ class LowerCtx:
 
     def aux_output(self, name: str, tensor: str, shape: tuple, dtype: str, expr: str, gated: bool):
         """An aux ``TileStore`` of ``expr`` to ``tensor``. A gated (half-width, acc_pair) fp32
-        output is a ``PairF32Store``: its bits stored as the full-width 16-bit tile they are
-        (``coda_spec.lower.quack_ops.pair_f32``; the field's transform ``f32_bits``)."""
-        transform = ""
-        if gated and dtype == "fp32":
-            store, transform = self.op("PairF32Store", name), F32_BITS
-        elif gated:
-            store = self.op("TileStore", name, gated=True)
+        output is a ``PairF32Store`` (its bits as the full-width 16-bit tile they are, transform
+        ``f32_bits``), an fp8 one a ``PairF8Store`` (both in ``coda_spec.lower.quack_ops``)."""
+        transform = F32_BITS if gated and dtype == "fp32" else ""
+        if transform:
+            store = self.op("PairF32Store", name)
+        elif gated and dtype in dtype_names("fp8"):  # QuACK's gated store, 8-bit on sm90
+            store = self.op("PairF8Store", name)
         else:
-            store = self.op("TileStore", name)
+            store = self.op("TileStore", name, **({"gated": True} if gated else {}))
         self._outputs.append(store)
         self._fields.append(Field(name, tensor, "aux", tuple(shape), dtype, transform))
         self._returns[name] = expr

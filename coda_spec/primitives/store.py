@@ -17,7 +17,8 @@ item (``check.writes.store_item``); the runtime binds the output to ``t``'s buff
 ``coda verify`` does not poison (it holds the values the step reads).
 
 fp8 stores (``dtype: fp8_e4m3`` / ``fp8_e5m2``, or an fp8 ``outputs`` entry): tiles only (D or an
-aux tile of a plain-mode kernel, or a host step's tile), rounded to nearest even and saturating
+aux tile of a plain-mode kernel, a half-width tile of an acc_pair kernel through ``PairF8Store``,
+or a host step's tile), rounded to nearest even and saturating
 at the format's largest finite value (``coda_spec.dtypes`` has the one rule and why the
 epilogue's convert already is it: ``cvt.rn.satfinite``); rows must be 16-byte aligned (N % 16),
 and an fp8 store cannot ``add_to`` (TMA reduce-add takes fp32/fp16/bf16). The checker refuses the

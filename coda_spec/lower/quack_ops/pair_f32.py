@@ -35,6 +35,25 @@ from quack.epilogue.ops import TileStore, setup_epi_tensor
 CARRIER = cutlass.BFloat16
 
 
+def tile_store_params(op: TileStore, gemm, tensor, epi_tile) -> dict:
+    """``TileStore.to_params`` after its gated asserts (n-major, the dtype and layout stashed on
+    ``gemm``, the TMA atom and staged smem of ``epi_tile``, None: the kernel's own)."""
+    layout = cutlass.utils.LayoutEnum.from_tensor(tensor)
+    assert layout.is_n_major_c()
+    setattr(gemm, op._layout_gemm_attr(), layout)
+    setattr(gemm, op._dtype_gemm_attr(), tensor.element_type)
+    tma_atom, tma_tensor, smem_layout, epi_tile_out = setup_epi_tensor(
+        gemm, tensor, epi_tile=epi_tile
+    )
+    return {
+        op._tma_atom_key(): tma_atom,
+        op.name: tma_tensor,
+        op._smem_layout_key(): smem_layout,
+        op._epi_tile_key(): epi_tile_out,
+        op._dtype_field(): tensor.element_type,
+    }
+
+
 class PairF32Store(TileStore):
     """A half-width fp32 output of an acc_pair kernel, stored as its full-width 16-bit bytes."""
 
@@ -49,18 +68,7 @@ class PairF32Store(TileStore):
         tensor = getattr(args, self.name)
         assert gemm.arch == 90, "PairF32Store is sm90's fp32 acc_pair output"
         assert tensor.element_type.width == 16, "PairF32Store stores its fp32 bits as 16-bit"
-        layout = cutlass.utils.LayoutEnum.from_tensor(tensor)
-        assert layout.is_n_major_c()
-        setattr(gemm, self._layout_gemm_attr(), layout)
-        setattr(gemm, self._dtype_gemm_attr(), tensor.element_type)
-        tma_atom, tma_tensor, smem_layout, epi_tile_out = setup_epi_tensor(gemm, tensor)
-        return {
-            self._tma_atom_key(): tma_atom,
-            self.name: tma_tensor,
-            self._smem_layout_key(): smem_layout,
-            self._epi_tile_key(): epi_tile_out,
-            self._dtype_field(): tensor.element_type,
-        }
+        return tile_store_params(self, gemm, tensor, None)
 
     def store_setup(
         self,
