@@ -13,8 +13,9 @@ directory::
     link      <name>.so                           (gcc, against libcute_dsl_runtime + libtvm_ffi)
     manifest  manifest.json                       (coda_spec.artifact.manifest; marks it complete)
 
-Layout: ``build/<name>-<hash>/`` where the hash covers the spec's content, the config and the
-tool versions; ``build/<name>-latest`` is a symlink to the newest complete build of that spec.
+Layout: ``build/<name>-<hash>/`` where the hash covers the spec's content, the config, the
+tool versions and coda's compile-time code (:func:`build_hash`); ``build/<name>-latest`` is a
+symlink to the newest complete build of that spec.
 Atomicity: a build happens in ``build/.tmp-<name>-<hash>-<pid>/`` and is renamed into place only
 when complete (``manifest.json`` written last), so a killed build never looks complete and two
 concurrent builds of one spec cannot corrupt each other (the loser discards its copy). A rebuild
@@ -48,6 +49,7 @@ from coda_spec.errors import Diagnostic, SpecError, ToolError
 from coda_spec.finalize import partial_fold
 from coda_spec.ir import to_data
 from coda_spec.lower import triton_aot
+from coda_spec.lower.digest import compile_code
 from coda_spec.lower.finalize_kernel import finalize_kernel
 from coda_spec.lower.host_kernel import host_kernel
 from coda_spec.lower.module import ACCUMULATE_SUFFIX, accumulating, lower_variants
@@ -97,8 +99,10 @@ def build_hash(checked, config, lowered, aot=(), accumulate=()) -> str:
     """Content address: the spec, the generated source (a change in coda's lowering is a new
     build; ``aot``: the Triton kernels of host steps and finalizes; ``accumulate``: the steps
     compiled with an accumulating flavour too), the config (or the candidate list), the tool
-    versions, the artifact format and the ``cache_key()`` of every primitive the spec uses
-    (bumping a primitive's ``version`` rebuilds the specs using it)."""
+    versions, the artifact format, the ``cache_key()`` of every primitive the spec uses
+    (bumping a primitive's ``version`` rebuilds the specs using it) and the code of coda's own
+    that compiles the kernels (``coda_spec.lower.digest``: a change there is a new build, never
+    a cache hit on objects the old code compiled)."""
 
     configs = config if isinstance(config, tuple) else (config,)
     key = configs[0].key() if len(configs) == 1 else [c.key() for c in configs]
@@ -121,6 +125,7 @@ def build_hash(checked, config, lowered, aot=(), accumulate=()) -> str:
             "tools": tool_versions(),
             "format": artifact.FORMAT_VERSION,
             "primitives": cache_keys(checked.spec),
+            "code": compile_code(lowered.source, tuple(k.source for k in aot)),
         },
         sort_keys=True,
     )
