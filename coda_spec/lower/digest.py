@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import re
 from pathlib import Path
 
 ROOT = "coda_spec.lower"
+PACKAGE = Path(__file__).resolve().parent.parent  # coda_spec/
 WORKER = "coda_spec.lower.quack_adapter"  # the compile worker: traces and exports the epilogues
 AOT = "coda_spec.lower.triton_aot"  # compiles host steps' and finalizes' Triton kernels
 _IMPORT = re.compile(
@@ -32,8 +32,14 @@ _IMPORT = re.compile(
 
 
 def _file(module: str) -> Path | None:
-    spec = importlib.util.find_spec(module)
-    return Path(spec.origin) if spec is not None and spec.origin else None
+    """``module``'s source file under the package, found without importing anything (a package
+    such as ``lower.quack_ops`` imports cutlass and quack, and a cache hit must not)."""
+    parts = module.split(".")[1:]
+    base = PACKAGE.joinpath(*parts)
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def _imports(text: str) -> set[str]:
@@ -45,17 +51,10 @@ def _imports(text: str) -> set[str]:
             out.add(plain)
             continue
         for name in re.split(r"[\s,()]+", names):
-            if name and importlib.util.find_spec(frm) is not None:
+            if name:
                 sub = f"{frm}.{name}"
-                out.add(sub if _is_module(sub) else frm)
+                out.add(sub if _file(sub) is not None else frm)
     return out
-
-
-def _is_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _digest(path: Path) -> str:
