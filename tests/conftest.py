@@ -40,10 +40,14 @@ Why here: these helpers were copied across test files (a ``_chdir_root`` fixture
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,6 +157,22 @@ def checked_text(text: str, file: str = "inline.yaml"):
     from coda_spec.check.frontend import check_source
 
     return check_source(parse_text(file, text))
+
+
+def source_pin(obj) -> str:
+    """The sha256 prefix of ``obj``'s source: how the tests pin QuACK code coda relies on."""
+    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+
+
+def coda_cli(*args) -> subprocess.CompletedProcess:
+    """``python -m coda_spec.cli ARGS`` in a child process from the repo root, output captured:
+    the GPU tests run ``coda verify`` this way (a fresh CUDA context per run)."""
+    return subprocess.run(
+        [sys.executable, "-m", "coda_spec.cli", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
 
 
 def invoke(*args, catch: bool = True):

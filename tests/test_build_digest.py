@@ -32,6 +32,18 @@ def test_the_code_a_kernel_imports_and_the_worker_are_covered():
     assert not any(m.startswith("coda_spec.dims") for m in code)  # leaves are not followed
 
 
+def test_imports_are_read_from_the_syntax_tree():
+    """A parenthesized import over several lines, and one inside a function, are found."""
+    text = (
+        "from coda_spec.lower.quack_ops.pair_f32 import (\n    tile_store_params,\n)\n"
+        "def f():\n    from coda_spec.lower import kernel_lib\n"
+    )
+    assert digest._imports(text) == {
+        "coda_spec.lower.quack_ops.pair_f32",
+        "coda_spec.lower.kernel_lib",
+    }
+
+
 def test_a_code_change_moves_the_digest_and_a_docstring_change_does_not(tmp_path):
     f = tmp_path / "m.py"
     f.write_text('"""Doc."""\n\ndef f(x):\n    """What f does."""\n    return x + 1  # one\n')

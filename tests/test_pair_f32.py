@@ -12,7 +12,6 @@ An fp8 half-width tile is ``PairF8Store``'s (tests/test_pair_f8.py).
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 
 import pytest
@@ -22,7 +21,7 @@ from coda_spec.build import BuildOptions, build_spec
 from coda_spec.check.frontend import check_file
 from coda_spec.config import DEFAULT
 from coda_spec.lower.module import lower_spec
-from tests.conftest import ROOT, needs_build
+from tests.conftest import ROOT, needs_build, source_pin
 
 SPEC = ROOT / "tests" / "specs_extra" / "swiglu_fp32_aux.yaml"
 
@@ -71,5 +70,5 @@ def test_tile_store_is_unchanged(method):
 
     fn = inspect.getattr_static(TileStore, method)
     fn = getattr(fn, "__wrapped__", fn)
-    got = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    got = source_pin(fn)
     assert got == TILE_STORE_PINS[method], f"QuACK changed TileStore.{method}"

@@ -14,13 +14,12 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib
 import inspect
 
 import pytest
 
-from tests.conftest import ROOT, needs_build
+from tests.conftest import ROOT, needs_build, source_pin
 
 ADAPTER = ROOT / "coda_spec" / "lower" / "quack_private.py"
 
@@ -123,7 +122,7 @@ def test_private_quack_name_is_unchanged(module, attr):
     params = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
     plain = str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
     assert plain == signature, f"QuACK changed the signature of {module}.{attr}: {plain}"
-    got = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    got = source_pin(fn)
     assert got == digest, (
         f"QuACK changed {module}.{attr} (source hash {got}, pinned {digest}): re-check "
         "coda_spec/lower/quack_private.py's use of it, then update the pin"

@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import re
 from pathlib import Path
 
 ROOT = "coda_spec.lower"
 PACKAGE = Path(__file__).resolve().parent.parent  # coda_spec/
 WORKER = "coda_spec.lower.quack_adapter"  # the compile worker: traces and exports the epilogues
 AOT = "coda_spec.lower.triton_aot"  # compiles host steps' and finalizes' Triton kernels
-_IMPORT = re.compile(
-    r"^\s*(?:from\s+(coda_spec[\w.]*)\s+import\s+([\w, ()]+)|import\s+(coda_spec[\w.]*))", re.M
-)
 
 
 def _file(module: str) -> Path | None:
@@ -43,17 +39,16 @@ def _file(module: str) -> Path | None:
 
 
 def _imports(text: str) -> set[str]:
-    """The coda modules ``text`` imports: ``from a.b import c`` is ``a.b.c`` where that is a
-    module, else ``a.b``."""
+    """The coda modules ``text`` imports, at any depth of it: ``from a.b import c`` is ``a.b.c``
+    where that is a module, else ``a.b``."""
     out = set()
-    for frm, names, plain in _IMPORT.findall(text):
-        if plain:
-            out.add(plain)
-            continue
-        for name in re.split(r"[\s,()]+", names):
-            if name:
-                sub = f"{frm}.{name}"
-                out.add(sub if _file(sub) is not None else frm)
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("coda_spec")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("coda_spec"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if _file(sub) is not None else node.module)
     return out
 
 

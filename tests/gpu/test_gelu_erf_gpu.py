@@ -11,12 +11,9 @@ Build the lead makes first (GPU-blind, any machine):
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -25,12 +22,7 @@ SPEC = "tests/specs_extra/gelu_erf_mlp.yaml"
 
 def test_verify_passes():
     need_build("gelu_erf_mlp", SPEC)
-    res = subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", SPEC, "--seed", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    res = coda_cli("verify", SPEC, "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -13,12 +13,9 @@ Build the lead makes first (GPU-blind, any machine):
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -27,12 +24,7 @@ NAME, SPEC = "swiglu_fp8_delayed", "tests/specs_extra/swiglu_fp8_delayed.yaml"
 
 def test_verify_passes():
     need_build(NAME, SPEC)
-    res = subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", f"build/{NAME}-latest"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    res = coda_cli("verify", f"build/{NAME}-latest")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "out" in res.stdout and "amax" in res.stdout
 

@@ -8,12 +8,9 @@ Builds the lead makes first (GPU-blind, any machine):
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -27,11 +24,6 @@ pytestmark = pytest.mark.gpu
 )
 def test_verify_passes(name, path, out):
     need_build(name, path)
-    res = subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", f"build/{name}-latest", "--seed", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    res = coda_cli("verify", f"build/{name}-latest", "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     assert out in res.stdout, res.stdout

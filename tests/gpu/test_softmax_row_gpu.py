@@ -11,12 +11,9 @@ Builds the lead makes first (GPU-blind, any machine):
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -26,12 +23,7 @@ pytestmark = pytest.mark.gpu
 )
 def test_verify_passes(name, out):
     need_build(name, f"tests/specs_extra/{name}.yaml")
-    res = subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", f"build/{name}-latest", "--seed", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    res = coda_cli("verify", f"build/{name}-latest", "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     assert out in res.stdout, res.stdout
 
