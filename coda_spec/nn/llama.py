@@ -278,15 +278,26 @@ def rope_table(shape: LlamaShape, weights=torch.bfloat16, device=None) -> torch.
     return torch.cat([qk, v]).to(dtype=weights if wide else torch.float32, device=device)
 
 
-def chain_ops(shape: LlamaShape, builds="build", tuned=None, recompute: bool = False) -> dict:
+def chain_ops(
+    shape: LlamaShape,
+    builds="build",
+    tuned=None,
+    recompute: bool = False,
+    names: dict | None = None,
+    command: str | None = None,
+) -> dict:
     """The chains' ops at ``shape``'s dims, keyed by role (``CHAINS``): ``builds`` is a
     build root (their ``-latest`` builds) or ``{chain name: build directory or Chain}``.
     ``recompute``: the layer and last roles are served by ``RECOMPUTE``'s chains (looked up under
-    their own names). Loads and re-sizes; compiles nothing."""
-    command = build_command(recompute)
+    their own names). ``names``: ``{role: chain name}`` for a family whose chains differ from the
+    Llama's (every role it names is served by that chain; roles it omits keep the Llama's), with
+    ``command`` the ``coda build`` that makes them (for the message). Loads and re-sizes;
+    compiles nothing."""
+    command = command or build_command(recompute)
     got = {}
     for role in CHAINS:
         name = RECOMPUTE.get(role, role) if recompute else role
+        name = (names or {}).get(role, name)
         where = (
             builds.get(name) if isinstance(builds, dict) else builddir.latest(Path(builds), name)
         )
