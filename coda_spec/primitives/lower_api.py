@@ -234,10 +234,7 @@ class LowerCtx:
         self._d = self._c = self._add_to = None
         self._names: set = set()  # temporaries handed out by fresh()
         self._lanes: dict = {}  # pair value expr -> its named fp32 lanes (a, b)
-        self._producers: dict = {}  # value name -> (item index, op)
-        self._pre: LowerCtx | None = None  # the prepass fn's context (plain mode)
-        self._pre_done: set = set()  # item indexes already re-lowered into the prepass
-        self._pre_outs: dict = {}  # prepass_outs name -> fn2 return expr
+        self._pre = Prepass(self._plain, prims)  # the prepass fn (QuACK's fn2), if asked for
         self._values = {r for op in step.epilogue for r in op.results}
         self._tensor_names = {t.name for t in analysis.tensors}
         self._env["acc"] = Val("acc", "p" if mode == "acc_pair" else "s")
@@ -533,82 +530,39 @@ class LowerCtx:
         """The pending gather of ``value`` as (expr, index tensor), or None; it is placed now."""
         return self._selects.pop(value, None)
 
-    # -- the prepass fn (QuACK's fn2) --------------------------------------------------------
+    # -- the prepass fn (QuACK's fn2): :class:`Prepass` --------------------------------------
     def produced(self, name: str, idx: int, op):
         """The walk records that item ``idx`` (``op``) defines ``name`` (prepass slices)."""
-        self._producers[name] = (idx, op)
+        self._pre.produced(name, idx, op)
 
     def prepass_value(self, raw) -> Val:
-        """``raw`` as a value of the prepass fn, re-emitting its definition slice there.
-
-        QuACK's prepass fn sees only the raw accumulator and declared operands, so "any transform
-        the statistics must see is explicit duplicate math in fn2": the items ``raw`` depends on
-        (transitively, back to ``acc`` and loads) are lowered a second time, in order, into the
-        prepass context, a ``plain`` (one element per call) :class:`LowerCtx` whose body becomes
-        fn2 and whose loads become fn2's parameters (also operands of the main fn, as QuACK
-        requires). Only elementwise items and primitives declared ``prepass=True`` (the loads)
-        can be re-emitted; anything else (pairs, reductions, another statistic) is refused
-        naming the item.
-        """
-        pre = self._prepass()
-        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            return pre.v(raw)
-        slice_ = {}
-        self._slice(raw, slice_)
-        for idx in sorted(slice_):
-            if idx in self._pre_done:
-                continue
-            op = slice_[idx]
-            pre.comment(op)
-            try:
-                self._prims[op.prim].lower(pre, op)
-            except ItemError as e:
-                raise ItemError(
-                    f"re-computing '{op.results[0]}' (line {op.loc.line}) in the prepass: "
-                    f"{e.message}",
-                    hint=e.hint,
-                ) from None
-            self._pre_done.add(idx)
-        for f in pre._fields:  # loads the slice re-emitted are operands of the main fn too
-            if f.name not in self._params:
-                self._params[f.name] = pre._params[f.name]
-                self._fields.append(f)
-        self._imports |= pre._imports
-        return pre.vs(raw)
+        """``raw`` as a value of the prepass fn (:meth:`Prepass.value`); the loads its slice
+        re-emitted there become operands of this (the main) fn too, as QuACK requires."""
+        val = self._pre.value(raw)
+        self._adopt(self._pre.ctx)
+        return val
 
     def prepass_input(self, op, name: str, expr: str):
         """Make the prepass fn compute ``expr`` (a statistic's per-element input, over values
         from :meth:`prepass_value`) under ``op``'s spec line and return it as ``name``."""
-        pre = self._prepass()
-        pre.comment(op)
-        local = pre.fresh(f"{name}_in")
-        pre.line(f"{local} = {expr}")
+        self._pre.input(op, name, expr)
+        self._imports |= self._pre.ctx._imports
+
+    def _adopt(self, pre: LowerCtx):
+        for f in pre._fields:
+            if f.name not in self._params:
+                self._params[f.name] = pre._params[f.name]
+                self._fields.append(f)
         self._imports |= pre._imports
-        self._pre_outs[name] = local
 
-    def _prepass(self) -> LowerCtx:
-        if self._pre is None:
-            self._pre = LowerCtx(
-                self._analysis,
-                self._step,
-                self._src,
-                "plain",
-                self._rows,
-                self._width,
-                self._k,
-                self._tile,
-                self._file,
-                self._prims,
-            )
-        return self._pre
-
-    def _slice(self, raw, out: dict):
-        pre_env = self._pre._env if self._pre is not None else {}
-        prepass_slice(raw, self._producers, self._prims, out, pre_env)
+    def _plain(self) -> LowerCtx:
+        """A ``plain`` (one element per call) context of this kernel: the prepass fn's."""
+        a = (self._analysis, self._step, self._src, "plain", self._rows, self._width, self._k)
+        return LowerCtx(*a, self._tile, self._file, self._prims)
 
     # -- the result, for the walk ------------------------------------------------------------
     def declared(self) -> Declared:
-        pre = self._pre.declared() if self._pre is not None and self._pre_outs else None
+        pre = self._pre.declared()
         return Declared(
             params=tuple(self._params.items()),
             fields=tuple(self._fields),
@@ -625,5 +579,72 @@ class LowerCtx:
             c=self._c,
             add_to=self._add_to,
             prepass=pre,
-            prepass_outs=tuple(self._pre_outs.items()),
+            prepass_outs=self._pre.outs,
         )
+
+
+class Prepass:
+    """The prepass fn (QuACK's fn2) of one kernel, made on first use.
+
+    QuACK's prepass fn sees only the raw accumulator and declared operands, so "any transform
+    the statistics must see is explicit duplicate math in fn2": the items a statistic's input
+    depends on (transitively, back to ``acc`` and loads; :func:`prepass_slice`) are lowered a
+    second time, in order, into a ``plain`` :class:`LowerCtx` (``make()``) whose body becomes
+    fn2 and whose loads become fn2's parameters. Only elementwise items and primitives declared
+    ``prepass=True`` (the loads) can be re-emitted; anything else (pairs, reductions, another
+    statistic) is refused naming the item. The main kernel's :class:`LowerCtx` holds one and
+    adopts the operands its slices declare."""
+
+    def __init__(self, make, prims):
+        self._make, self._prims = make, prims
+        self.ctx: LowerCtx | None = None
+        self._done: set = set()  # item indexes already re-lowered into the prepass
+        self._outs: dict = {}  # prepass_outs name -> fn2 return expr
+        self._producers: dict = {}  # value name -> (item index, op)
+
+    def produced(self, name: str, idx: int, op):
+        self._producers[name] = (idx, op)
+
+    def _context(self) -> LowerCtx:
+        if self.ctx is None:
+            self.ctx = self._make()
+        return self.ctx
+
+    def value(self, raw) -> Val:
+        """``raw`` as a value of the prepass fn, re-emitting its definition slice there."""
+        pre = self._context()
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return pre.v(raw)
+        slice_ = {}
+        prepass_slice(raw, self._producers, self._prims, slice_, pre._env)
+        for idx in sorted(slice_):
+            if idx in self._done:
+                continue
+            op = slice_[idx]
+            pre.comment(op)
+            try:
+                self._prims[op.prim].lower(pre, op)
+            except ItemError as e:
+                raise ItemError(
+                    f"re-computing '{op.results[0]}' (line {op.loc.line}) in the prepass: "
+                    f"{e.message}",
+                    hint=e.hint,
+                ) from None
+            self._done.add(idx)
+        return pre.vs(raw)
+
+    def input(self, op, name: str, expr: str):
+        """fn2 computes ``expr`` under ``op``'s spec line and returns it as ``name``."""
+        pre = self._context()
+        pre.comment(op)
+        local = pre.fresh(f"{name}_in")
+        pre.line(f"{local} = {expr}")
+        self._outs[name] = local
+
+    @property
+    def outs(self) -> tuple:
+        return tuple(self._outs.items())
+
+    def declared(self) -> Declared | None:
+        """fn2's declarations, or None when no statistic asked for a prepass."""
+        return self.ctx.declared() if self.ctx is not None and self._outs else None
