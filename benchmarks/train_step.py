@@ -105,6 +105,79 @@ ONE_B = {
         "original_max_position_embeddings": 8192,
     },
 }
+# The other families' 1B-class configs (issue 35; random weights): name -> (transformers
+# model_type, config, batch, sequence). Every mode serves them: coda through
+# coda_spec.nn.from_hf (dispatching on model_type), Liger through its apply_liger_kernel_to_<type>.
+FAMILY_SHAPES = {
+    "qwen2-1.5b-2x4096": (
+        "qwen2",
+        {
+            "vocab_size": 151936,
+            "hidden_size": 1536,
+            "intermediate_size": 8960,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "use_sliding_window": False,
+        },
+        2,
+        4096,
+    ),
+    "qwen3-1.7b-2x4096": (
+        "qwen3",
+        {
+            "vocab_size": 151936,
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+        },
+        2,
+        4096,
+    ),
+    "gemma3-1b-2x4096": (
+        "gemma3_text",
+        {
+            "vocab_size": 262144,
+            "hidden_size": 1152,
+            "intermediate_size": 6912,
+            "num_hidden_layers": 26,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "sliding_window": 512,
+            "query_pre_attn_scalar": 256,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+        },
+        2,
+        4096,
+    ),
+    "olmo2-1b-2x4096": (
+        "olmo2",
+        {
+            "vocab_size": 100352,
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "rope_theta": 500000.0,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": False,
+        },
+        2,
+        4096,
+    ),
+}
 MODES = (
     "hf",
     "hf-compile",
@@ -138,7 +211,9 @@ def model_flops(cfg, batch: int, seq: int) -> float:
       embedding lookup is not). ``T = B * S`` tokens. Each parameter costs 2 FLOPs per token
       forward and 4 backward (dgrad + wgrad): ``6 * P * T``.
     * Attention: ``QK^T`` and ``PV`` are ``2 * 2 * B * S^2 * NH * HD`` forward, halved by the
-      causal mask; the backward is twice the forward: ``3 * 2 * B * S^2 * NH * HD`` per layer.
+      causal mask; the backward is twice the forward: ``3 * 2 * B * S^2 * NH * HD`` per layer. A
+      sliding-window layer (``config.layer_types``: Gemma-3's local layers) counts the keys its
+      window lets each query see instead of the causal half.
 
     Llama-3.2-1B at 2 x 4096: 6 * 1.2358e9 * 8192 = 60.74 TFLOP of projections (transformers'
     GEMM kernels, issue 32's "60.7 TFLOP") + 6.60 TFLOP of attention = 67.34 TFLOP, the anchors'
@@ -152,7 +227,16 @@ def model_flops(cfg, batch: int, seq: int) -> float:
     per_layer = d * (nh + 2 * nkv) * hd + nh * hd * d + 3 * d * f
     params = layers * per_layer + cfg.vocab_size * d
     tokens = batch * seq
-    attention = 6 * layers * batch * seq * seq * nh * hd
+    # keys a causal query sees, summed over the sequence: S^2 / 2 (the anchors' count), or, on a
+    # sliding-window layer (Gemma-3's layer_types), at most the window's
+    window = getattr(cfg, "sliding_window", None)
+    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * layers
+    full = seq * seq / 2
+    slid = (
+        full if not window or window >= seq else window * (window + 1) / 2 + (seq - window) * window
+    )
+    keys = sum(slid if k == "sliding_attention" else full for k in kinds[:layers])
+    attention = 12 * batch * keys * nh * hd
     return float(6 * params * tokens + attention)
 
 
@@ -184,9 +268,21 @@ def tuned_arg(table: str | None, tuned: str | None, tuned_old: str | None):
     return False if path == "none" else path
 
 
-def config(shape: str, layers: int | None):
-    from transformers import LlamaConfig
+def batch_seq(shape: str) -> tuple[int, int]:
+    """A shape's (batch, sequence)."""
+    got = SHAPES.get(shape) or FAMILY_SHAPES[shape][1:]
+    return got[-2], got[-1]
 
+
+def config(shape: str, layers: int | None):
+    """The transformers config of ``shape``: the Llama's (``SHAPES``) or another family's
+    (``FAMILY_SHAPES``, by its ``model_type``); ``layers`` overrides the layer count."""
+    from transformers import AutoConfig, LlamaConfig
+
+    if shape in FAMILY_SHAPES:
+        kind, cfg, _, _ = FAMILY_SHAPES[shape]
+        cfg = {**cfg, **({"num_hidden_layers": layers} if layers else {})}
+        return AutoConfig.for_model(kind, **cfg, attn_implementation="sdpa")
     over, _, _ = SHAPES[shape]
     cfg = {**ONE_B, **over}
     if layers:
@@ -201,35 +297,46 @@ def hf_bf16(cfg):
     2^-9`` rad, ~2 rad at position 1000), which ``from_pretrained(torch_dtype=torch.bfloat16)``
     does not do and coda (which computes them from the config) does not do."""
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg)
-    rotary = model.model.rotary_emb
-    keep = rotary.inv_freq.clone(), rotary.original_inv_freq.clone()
+        model = AutoModelForCausalLM.from_config(cfg)
+    # every rotary embedding's frequency buffers (Gemma-3 has one pair per layer type)
+    keep = {
+        (mod, name): buf.clone()
+        for mod in model.modules()
+        for name, buf in mod.named_buffers(recurse=False)
+        if name.endswith("inv_freq")
+    }
     model = model.to(torch.bfloat16)
-    rotary.inv_freq, rotary.original_inv_freq = keep
+    for (mod, name), buf in keep.items():
+        setattr(mod, name, buf)
     return model
 
 
 def make(mode: str, cfg, builds: str, tuned=None):
     """(the model whose parameters train, the step's loss function); ``tuned``: the coda
     modes' tune table (:func:`tuned_arg`)."""
+    import importlib
+
     import torch
-    from transformers.models.llama import modeling_llama
 
+    kind = cfg.model_type
     if mode == "liger":
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        import liger_kernel.transformers as liger
 
-        apply_liger_kernel_to_llama()
-    if mode == "hf-compile-nomask":
-        modeling_llama.create_causal_mask = lambda *a, **k: None
+        getattr(liger, f"apply_liger_kernel_to_{kind}")()
+    if mode == "hf-compile-nomask":  # full-attention layers only: a sliding window keeps its mask
+        folder = {"gemma3_text": "gemma3"}.get(kind, kind)
+        modeling = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+        modeling.create_causal_mask = lambda *a, **k: None
     hf = hf_bf16(cfg)
     if mode.startswith("coda"):
-        from coda_spec.nn import LlamaForCausalLM as CodaLlama
+        from coda_spec.nn import from_hf
 
-        model = CodaLlama.from_hf(hf, builds=builds, tuned=tuned, recompute="recompute" in mode)
+        extra = {"recompute": True} if "recompute" in mode else {}
+        model = from_hf(hf, builds=builds, tuned=tuned, **extra)
         del hf
         fn = model
     else:
@@ -403,7 +510,7 @@ def setup(args):
     base, table = split_mode(args.mode)
     tuned = tuned_arg(table, args.tuned, args.tuned_old) if base.startswith("coda") else None
     cfg = config(args.shape, args.layers)
-    _, b, s = SHAPES[args.shape]
+    b, s = batch_seq(args.shape)
     model, fn = make(base, cfg, args.builds, tuned)
     params = list(model.parameters())
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -445,7 +552,7 @@ def child(args) -> dict:
     with warnings.catch_warnings(record=True) as said:  # a stale tune table says so at load
         warnings.simplefilter("always")
         cfg, model, fn, one_step, (ids, labels), params, tuned = setup(args)
-    _, b, s = SHAPES[args.shape]
+    b, s = batch_seq(args.shape)
     saved = None
     if split_mode(args.mode)[0] in ("hf", "liger", "coda", "coda-recompute"):
         saved = saved_bytes(fn, ids, labels, params)
@@ -545,7 +652,7 @@ def breakdown(ms_by_family: dict) -> dict:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated; MODE@old, @none")
-    ap.add_argument("--shape", default="1b-2x4096", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="1b-2x4096", choices=sorted({**SHAPES, **FAMILY_SHAPES}))
     ap.add_argument("--shapes", default=None, help="comma-separated shapes (overrides --shape)")
     ap.add_argument("--kind", default="fwdbwd", choices=["fwdbwd", "adamw"])
     ap.add_argument("--layers", type=int, default=None, help="override the layer count")
@@ -565,9 +672,10 @@ def parser() -> argparse.ArgumentParser:
 def plan_runs(args) -> list[tuple[str, str]]:
     """(shape, mode) in run order, every argument checked first (ValueError: what is wrong)."""
     shapes = [x.strip() for x in (args.shapes or args.shape).split(",") if x.strip()]
-    bad = [x for x in shapes if x not in SHAPES]
+    bad = [x for x in shapes if x not in SHAPES and x not in FAMILY_SHAPES]
     if bad or not shapes:
-        raise ValueError(f"unknown shape(s) {', '.join(bad)}; shapes: {', '.join(sorted(SHAPES))}")
+        known = ", ".join(sorted({**SHAPES, **FAMILY_SHAPES}))
+        raise ValueError(f"unknown shape(s) {', '.join(bad)}; shapes: {known}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes:
         raise ValueError("--modes is empty")

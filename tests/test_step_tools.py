@@ -42,6 +42,26 @@ def test_model_flops_reproduce_the_anchors_67_3_tflop_at_1b_2x4096():
     assert bare["sm_mhz"] is None and bare["j_per_step"] is None  # unknown, never guessed
 
 
+def test_a_sliding_window_layer_counts_the_keys_its_window_sees():
+    full = SimpleNamespace(**{**vars(ONE_B), "num_hidden_layers": 2})
+    both = SimpleNamespace(
+        **vars(full), sliding_window=512, layer_types=["sliding_attention", "full_attention"]
+    )
+    per_layer = 12 * 2 * 32 * 64  # 12 * B * NH * HD per key a query sees
+    window = 512 * 513 / 2 + (4096 - 512) * 512
+    gap = T.model_flops(full, 2, 4096) - T.model_flops(both, 2, 4096)
+    assert gap == per_layer * (4096 * 4096 / 2 - window)
+
+
+@pytest.mark.parametrize("shape", sorted(T.FAMILY_SHAPES))
+def test_a_family_shape_is_its_transformers_config(shape):
+    pytest.importorskip("transformers")
+    kind, cfg, b, s = T.FAMILY_SHAPES[shape]
+    got = T.config(shape, 2)
+    assert got.model_type == kind and got.num_hidden_layers == 2
+    assert got.hidden_size == cfg["hidden_size"] and T.batch_seq(shape) == (b, s)
+
+
 def test_modes_with_tables():
     assert T.split_mode("coda@old") == ("coda", "old")
     assert T.split_mode("coda-compile@none") == ("coda-compile", "none")
