@@ -180,7 +180,9 @@ phase_gates() {  # GATES_ROOT: an older checkout (git worktree add .old-tree COM
     exit "$device_status"
   )
 }
-gates_files() {  # tests/gpu's files, the longest first (each worker takes every GATES_JOBS-th)
+gates_files() {  # tests/gpu's files (GPU_TESTS's when given), the longest first (each worker
+  # takes every GATES_JOBS-th)
+  if [ -n "${GPU_TESTS:-}" ]; then tr ' ' '\n' <<< "$GPU_TESTS" | grep .; return; fi
   local f heavy="test_chains_on_gpu test_primitive_conformance_gpu test_training test_ops_gpu"
   for f in $heavy; do [ -f "tests/gpu/$f.py" ] && echo "tests/gpu/$f.py"; done
   for f in tests/gpu/test_*.py; do
