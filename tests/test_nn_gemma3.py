@@ -115,7 +115,8 @@ def test_from_hf_matches_transformers_in_fp64(builds, hf_fp64, tied):
 
 def test_the_patch_serves_the_loss_and_gradients(builds, hf_fp64):
     """Through ``apply_to_hf``: transformers' loss and gradients (fp64, 1e-10), the chains
-    serving the call (no logits)."""
+    serving the call (no logits); a call without labels (evaluation, ``generate``) runs
+    transformers' forward, its logits the unpatched model's."""
     hf = gemma()
     patched = coda_spec.nn.apply_to_hf(copy.deepcopy(hf), builds=builds)
     ids, labels = tl.batch()
@@ -128,6 +129,9 @@ def test_the_patch_serves_the_loss_and_gradients(builds, hf_fp64):
     grads = {n: p.grad for n, p in patched.named_parameters()}
     grads["lm_head.weight"] = grads["model.embed_tokens.weight"]  # tied: listed once
     grads_match(hf, grads)
+    with torch.no_grad():
+        logits = patched(input_ids=ids).logits
+        assert torch.equal(logits, hf(input_ids=ids).logits)
 
 
 def test_a_padded_or_packed_batch_gets_transformers_loss(builds, hf_fp64):
@@ -158,6 +162,8 @@ def test_the_state_dict_round_trips_and_the_entry_points_dispatch(builds):
         back = coda.to_hf_state_dict()
         assert set(back) == set(sd) and all(torch.equal(sd[k], back[k]) for k in sd)
         Gemma3ForCausalLM(hf.config).load_state_dict(back, strict=True)
+    (fam,) = [f for f in coda_spec.nn.FAMILIES if f.model_type == "gemma3_text"]
+    assert fam.model is gemma3.Gemma3ForCausalLM and fam.apply is gemma3.apply_to_hf_gemma3
     patched = copy.deepcopy(hf)
     assert coda_spec.nn.apply_to_hf(patched, builds=builds) is patched
     assert set(patched.coda_chains) == set(gemma3.CHAINS)
