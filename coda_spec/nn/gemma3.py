@@ -237,12 +237,20 @@ def gemma_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (out * (1.0 + w.to(wide))).to(x.dtype)
 
 
-def _rotary(pos: torch.Tensor, inv_freq: tuple, like: torch.Tensor) -> tuple:
+def rope_freqs(shape: Gemma3Shape, device=None) -> dict:
+    """``{layer type: inv_freq [HD/2]}``: transformers' fp32 frequencies, on ``device`` (made
+    once: the model holds them as buffers, the patch per device)."""
+    return {
+        kind: torch.tensor(f, dtype=torch.float32, device=device)
+        for kind, f in shape.inv_freq.items()
+    }
+
+
+def _rotary(pos: torch.Tensor, inv_freq: torch.Tensor, like: torch.Tensor) -> tuple:
     """cos and sin ``[M, 1, HD]`` of transformers' rotate-half RoPE at positions ``pos [M]``,
     the angles in fp32 (:func:`_wide`), cast to ``like``'s dtype."""
     wide = _wide(like)
-    freqs = torch.tensor(inv_freq, dtype=torch.float32, device=like.device).to(wide)
-    angles = pos[:, None].to(wide) * freqs[None]
+    angles = pos[:, None].to(wide) * inv_freq.to(wide)[None]
     emb = torch.cat((angles, angles), dim=-1)[:, None]
     return emb.cos().to(like.dtype), emb.sin().to(like.dtype)
 
@@ -260,6 +268,7 @@ def causal_lm_loss(
     within,
     input_ids,
     labels,
+    freqs: dict,
     *,
     lm_head_chunk_rows: int | None = None,
     **kw,
@@ -268,8 +277,9 @@ def causal_lm_loss(
     transformers patch run (the module docstring's schedule). ``root``: the embedding,
     ``norm`` and (untied) ``lm_head.weight``; ``within(i, fn)`` calls ``fn`` with layer ``i``'s
     weights (``w_qkv, q_norm, k_norm, w_o, w_gu, w_down`` and the four norms) where they are
-    live. ``input_ids``, ``labels`` and ``kw``: as transformers takes them, each honoured or
-    refused (``coda_spec.nn.call``); ``lm_head_chunk_rows`` as the Llama's."""
+    live; ``freqs``: :func:`rope_freqs`. ``input_ids``, ``labels`` and ``kw``: as transformers
+    takes them, each honoured or refused (``coda_spec.nn.call``); ``lm_head_chunk_rows`` as the
+    Llama's."""
     rows = checked_chunk_rows(lm_head_chunk_rows)
     call = checked(input_ids, labels, kw, shape.vocab)
     b, s = call.ids.shape
@@ -277,11 +287,11 @@ def causal_lm_loss(
     h, kv, hd = shape.heads, shape.kv_heads, shape.head_dim
     weight = root["embed_tokens.weight"]
     # Gemma3TextScaledWordEmbedding: the fp32 scale cast to the weights' dtype, then multiplied
-    scale = torch.tensor(shape.hidden**0.5).to(dtype=weight.dtype, device=weight.device)
+    scale = torch.tensor(shape.hidden**0.5).to(weight.dtype).item()
     x = F.embedding(call.ids, weight, padding_idx=shape.pad).reshape(m, shape.hidden) * scale
     masks = {False: call.mask, True: windowed(call.mask, shape.window, s, call.ids.device)}
     tables = {
-        sliding: _rotary(call.pos, shape.inv_freq[SLIDING if sliding else FULL], x)
+        sliding: _rotary(call.pos, freqs[SLIDING if sliding else FULL], x)
         for sliding in set(shape.sliding)
     }
 
@@ -412,6 +422,8 @@ class Gemma3ForCausalLM(torch.nn.Module):
             for name, p in self.named_parameters():
                 if not name.endswith("norm"):
                     p.normal_(0.0, 0.02)
+        for kind, f in rope_freqs(sh, device).items():
+            self.register_buffer(f"freqs_{kind}", f, persistent=False)
 
     def forward(self, input_ids=None, labels=None, **kw):
         """The mean cross-entropy of next-token prediction (:func:`causal_lm_loss`). Takes
@@ -428,6 +440,7 @@ class Gemma3ForCausalLM(torch.nn.Module):
             lambda i, fn: layers[i](fn),
             input_ids,
             labels,
+            {kind: getattr(self, f"freqs_{kind}") for kind in self.shape.inv_freq},
             lm_head_chunk_rows=self.lm_head_chunk_rows,
             **kw,
         )
@@ -481,9 +494,13 @@ def apply_to_hf_gemma3(
     shape = Gemma3Shape.of(model.config)
     rows = checked_chunk_rows(lm_head_chunk_rows)
     chains = _chains(shape, builds, tuned, recompute)
+    tables: dict = {}  # device -> rope_freqs: the model may move later
 
     def loss(input_ids, labels, kw: dict):
         m = model.model
+        device = m.embed_tokens.weight.device
+        if device not in tables:
+            tables[device] = rope_freqs(shape, device)
         root = {"embed_tokens.weight": m.embed_tokens.weight, "norm": m.norm.weight}
         if not shape.tied:
             root["lm_head.weight"] = model.lm_head.weight
@@ -493,7 +510,15 @@ def apply_to_hf_gemma3(
             return fn(_fused(layer, ""))
 
         return causal_lm_loss(
-            chains, shape, root, within, input_ids, labels, lm_head_chunk_rows=rows, **kw
+            chains,
+            shape,
+            root,
+            within,
+            input_ids,
+            labels,
+            tables[device],
+            lm_head_chunk_rows=rows,
+            **kw,
         )
 
     drop_in(model, loss)
