@@ -230,11 +230,35 @@ def _wide(t: torch.Tensor) -> torch.dtype:
 
 def gemma_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """``Gemma3RMSNorm``: ``x * rsqrt(mean(x^2) + eps) * (1 + w)`` over the last dim, in fp32
-    (:func:`_wide`), cast back to x's dtype."""
-    wide = _wide(x)
-    xf = x.to(wide)
-    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (out * (1.0 + w.to(wide))).to(x.dtype)
+    (:func:`_wide`), cast back to x's dtype (:class:`_GemmaNorm`)."""
+    return _GemmaNorm.apply(x, w, eps)
+
+
+class _GemmaNorm(torch.autograd.Function):
+    """:func:`gemma_norm` with a backward of its own: it saves ``x`` (in its dtype) and the row
+    scale ``r`` (fp32) and recomputes the normalized row, where autograd through the fp32 ops
+    would save two fp32 copies of the row (the upcast x and the normalized x) per norm, five
+    norms a layer. ``dx = r ((1 + w) dy - n mean((1 + w) dy n))``, ``dw = sum_rows(dy n)``,
+    ``n = x r``, in fp32 (fp64 in an fp64 model)."""
+
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        wide = _wide(x)
+        xf = x.to(wide)
+        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, w, r)
+        return (xf * r * (1.0 + w.to(wide))).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, r = ctx.saved_tensors
+        wide = r.dtype
+        n = x.to(wide) * r
+        dyf = dy.to(wide)
+        dn = dyf * (1.0 + w.to(wide))
+        dx = r * (dn - n * (dn * n).mean(-1, keepdim=True))
+        dw = (dyf * n).reshape(-1, n.shape[-1]).sum(0)
+        return dx.to(x.dtype), dw.to(w.dtype), None
 
 
 def rope_freqs(shape: Gemma3Shape, device=None) -> dict:
