@@ -10,20 +10,26 @@
   transformers' names and layouts (``coda_spec.nn.layout``).
 * :func:`apply_to_hf_llama` (``coda_spec.nn.hf``): the same chains patched into an existing
   transformers ``LlamaForCausalLM`` (what ``apply_to_hf`` runs for a Llama).
+* :class:`Gemma3ForCausalLM` (``coda_spec.nn.gemma3``): Gemma-3, text only, its MLP and LM head
+  in chains and its sandwich norms, QK-norm and RoPE in torch; :func:`apply_to_hf_gemma3` the
+  patch of a transformers ``Gemma3ForCausalLM``.
 * ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
   as transformers makes them) or refused.
 """
 
 from coda_spec.nn.families import FAMILIES, apply_to_hf, from_hf
+from coda_spec.nn.gemma3 import Gemma3ForCausalLM, apply_to_hf_gemma3
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
 
 __all__ = [
     "FAMILIES",
+    "Gemma3ForCausalLM",
     "LlamaConfig",
     "LlamaForCausalLM",
     "LlamaShape",
     "apply_to_hf",
+    "apply_to_hf_gemma3",
     "apply_to_hf_llama",
     "from_hf",
 ]

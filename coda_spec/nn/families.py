@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from coda_spec.nn.gemma3 import MULTIMODAL, Gemma3ForCausalLM, apply_to_hf_gemma3
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaForCausalLM
 from coda_spec.runtime import CodaRuntimeError
@@ -44,7 +45,12 @@ class Family:
 FAMILIES = (
     Family("llama", "LlamaForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
     Family("mistral", "MistralForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
+    Family("gemma3_text", "Gemma3ForCausalLM", Gemma3ForCausalLM, apply_to_hf_gemma3),
 )
+
+# model types refused with a reason of their own (a model of a served family that coda_spec.nn
+# does not train), before the generic "not served"
+REFUSED_TYPES = (("gemma3", MULTIMODAL),)
 
 
 def _served() -> str:
@@ -64,6 +70,9 @@ def family(config, model=None, entry: str = "from_hf") -> Family:
             "state dict with config=its transformers config); for coda_spec.nn.LlamaConfig "
             "use coda_spec.nn.LlamaForCausalLM"
         )
+    why = dict(REFUSED_TYPES).get(kind)
+    if why is not None:
+        raise CodaRuntimeError(f"coda_spec.nn.{entry}: {why}")
     found = [f for f in FAMILIES if f.model_type == kind]
     if not found:
         raise CodaRuntimeError(

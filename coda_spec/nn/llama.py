@@ -285,17 +285,19 @@ def chain_ops(
     recompute: bool = False,
     names: dict | None = None,
     command: str | None = None,
+    roles: tuple = CHAINS,
 ) -> dict:
     """The chains' ops at ``shape``'s dims, keyed by role (``CHAINS``): ``builds`` is a
     build root (their ``-latest`` builds) or ``{chain name: build directory or Chain}``.
     ``recompute``: the layer and last roles are served by ``RECOMPUTE``'s chains (looked up under
     their own names). ``names``: ``{role: chain name}`` for a family whose chains differ from the
     Llama's (every role it names is served by that chain; roles it omits keep the Llama's), with
-    ``command`` the ``coda build`` that makes them (for the message). Loads and re-sizes;
-    compiles nothing."""
+    ``command`` the ``coda build`` that makes them (for the message); ``roles``: the roles to
+    load (a family that runs some of the Llama's roles alone, or roles of its own). Loads and
+    re-sizes; compiles nothing."""
     command = command or build_command(recompute)
     got = {}
-    for role in CHAINS:
+    for role in roles:
         name = RECOMPUTE.get(role, role) if recompute else role
         name = (names or {}).get(role, name)
         where = (
@@ -484,15 +486,18 @@ class _Heads(torch.autograd.Function):
         return torch.cat(parts, dim=2).view(b * s, (h + 2 * kv) * hd), None
 
 
-def _attention(qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None) -> torch.Tensor:
+def _attention(
+    qkv: torch.Tensor, shape: LlamaShape, b: int, s: int, mask=None, scale: float | None = None
+) -> torch.Tensor:
     """SDPA over the heads of ``qkv [M, (NH + 2*NKV)*HD]``; returns ``y [M, NH*HD]``. ``mask``
     (``[B or 1, 1, S, S]`` bool, ``coda_spec.nn.call``): a padded or packed batch's, or a sliding
     window's (:func:`windowed`), with k and v
     repeated to the query heads as transformers does with a mask (SDPA's GQA takes the math
-    kernel with one on the GPU); None: causal."""
+    kernel with one on the GPU); None: causal. ``scale``: the logits' scale (None: Llama's
+    ``1 / sqrt(HD)``)."""
     h, kv, hd = shape.heads, shape.kv_heads, shape.head_dim
     q, k, v = _Heads.apply(qkv, (b, s, h, kv, hd))
-    scale = 1.0 / math.sqrt(hd)
+    scale = 1.0 / math.sqrt(hd) if scale is None else scale
     if mask is None:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
     else:
