@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaForCausalLM
+from coda_spec.nn.qwen2 import Qwen2ForCausalLM, apply_to_hf_qwen2
 from coda_spec.runtime import CodaRuntimeError
 
 
@@ -44,6 +45,8 @@ class Family:
 FAMILIES = (
     Family("llama", "LlamaForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
     Family("mistral", "MistralForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
+    # Qwen2: Llama's decoder with QKV biases (its own chains, specs/qwen2_*.yaml), eps 1e-6
+    Family("qwen2", "Qwen2ForCausalLM", Qwen2ForCausalLM, apply_to_hf_qwen2),
 )
 
 
