@@ -151,6 +151,9 @@ LLAMA_STEMS = [
     "llama3_last_recompute",
     "llama3_last_mlp",
     "llama3_last_mlp_recompute",
+    "qwen2_first",
+    "qwen2_layer",
+    "qwen2_last_mlp",
 ]
 
 

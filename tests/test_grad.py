@@ -148,6 +148,19 @@ def test_a_forward_host_step_is_a_located_limit(tmp_path, capsys):
     assert code == 2 and "a forward host step is derived only when it is a LayerNorm" in err
 
 
+def test_an_rmsnorm_prologue_host_step_derives_the_first_layers_schedule():
+    """llama3_first's input norm (a host step: x * gamma stored as the QKV GEMM's A operand,
+    sum x^2 reduced; refused before as "a forward host step") is read as a kernel without a
+    GEMM: the derivation gives the hand-written schedule, the RoPE backward host step with the
+    zdz row dot, then the QKV dgrad finishing the norm's backward into dx, then the wgrad."""
+    derived = derive_text(_forward("specs/llama3_first.yaml"), ["x", "gamma", "w_qkv"], ["qkv"])
+    assert (derived.kernels, derived.hosts, derived.finalizes) == (2, 1, 2)
+    text = derived.backward
+    dgrad = text[text.index("kernel: dgrad_qkv_rope") : text.index("kernel: wgrad_qkv_rope")]
+    assert "to: d_x}" in dgrad and "reduce_col: dot" in dgrad
+    assert _proven(derived.text, "llama3_first_derived.yaml")[1].ok
+
+
 def test_layer_norm_takes_one_pass():
     """The LayerNorm backward finishes dx in the dgrad epilogue of the GEMM after the norm
     (its row sums come from the step before): no fp32 round trip, no host step over dx."""

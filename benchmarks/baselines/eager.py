@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from coda_spec.bench.baselines import Impl
 from coda_spec.bench.baselines import grad_leaf as _grad_leaf
 
-from .common import EPS, IGNORE, LLAMA3_EPS, rms, rope, rope_tables, rstd, upcast
+from .common import EPS, IGNORE, LLAMA3_EPS, QWEN2_EPS, rms, rope, rope_tables, rstd, upcast
 
 
 def _eager_f1(t, sizes):
@@ -97,7 +97,10 @@ def _post_attention(t, sizes, eps):
 
 
 def _qkv_rope(x, gamma, t, sizes, eps):
-    return rope(F.rms_norm(x, (sizes["D"],), gamma, eps) @ t["w_qkv"].T, t["_cos"], t["_sin"])
+    z = F.rms_norm(x, (sizes["D"],), gamma, eps) @ t["w_qkv"].T
+    if "b_qkv" in t:  # Qwen2's QKV bias, before RoPE
+        z = z + t["b_qkv"]
+    return rope(z, t["_cos"], t["_sin"])
 
 
 def _eager_llama_block(t, sizes, eps=EPS):
@@ -107,11 +110,11 @@ def _eager_llama_block(t, sizes, eps=EPS):
     return {"x1": x1, "r1": rstd(x1, eps), "z1": z1, "x2": x2, "r2": rstd(x2, eps), "qkv": qkv}
 
 
-def _eager_llama3_first(t, sizes):
-    """Layer 0's input norm and QKV + RoPE; autograd gives the backward."""
+def _eager_llama3_first(t, sizes, eps=LLAMA3_EPS):
+    """Layer 0's input norm and QKV + RoPE (and Qwen2's bias); autograd gives the backward."""
     return {
-        "qkv": _qkv_rope(t["x"], t["gamma"], t, sizes, LLAMA3_EPS),
-        "r": rstd(t["x"], LLAMA3_EPS),
+        "qkv": _qkv_rope(t["x"], t["gamma"], t, sizes, eps),
+        "r": rstd(t["x"], eps),
     }
 
 
@@ -134,10 +137,22 @@ def _eager_llama3_last(t, sizes):
     return _lse_and_target(logits, t["target"])
 
 
-def _eager_llama3_last_mlp(t, sizes):
+def _eager_llama3_last_mlp(t, sizes, eps=LLAMA3_EPS):
     """The last layer's MLP up to the final norm's inputs; autograd gives the backward."""
-    _, _, x2 = _post_attention(t, sizes, LLAMA3_EPS)
-    return {"x2": x2, "h2": x2 * t["gamma_f"], "r2": rstd(x2, LLAMA3_EPS)}
+    _, _, x2 = _post_attention(t, sizes, eps)
+    return {"x2": x2, "h2": x2 * t["gamma_f"], "r2": rstd(x2, eps)}
+
+
+def _eager_qwen2_first(t, sizes):
+    return _eager_llama3_first(t, sizes, QWEN2_EPS)
+
+
+def _eager_qwen2_layer(t, sizes):
+    return _eager_llama_block(t, sizes, QWEN2_EPS)
+
+
+def _eager_qwen2_last_mlp(t, sizes):
+    return _eager_llama3_last_mlp(t, sizes, QWEN2_EPS)
 
 
 def _eager_llama3_lm_head(t, sizes):
@@ -235,6 +250,9 @@ EAGER = MappingProxyType(
             _eager_llama3_layer_recompute, rope_tables, _EAGER_ROPE_NOTE
         ),
         "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
+        "qwen2_first": Impl(_eager_qwen2_first, rope_tables, _EAGER_ROPE_NOTE),
+        "qwen2_last_mlp": Impl(_eager_qwen2_last_mlp),
+        "qwen2_layer": Impl(_eager_qwen2_layer, rope_tables, _EAGER_ROPE_NOTE),
         "rmsnorm_chain": Impl(_eager_rmsnorm_chain),
     }
 )

@@ -106,6 +106,24 @@ def _fkernel(index: int, step: Kernel, info) -> FKernel:
     )
 
 
+# what an RMSNorm prologue host step may hold (llama3_first's input_norm: h = x * gamma stored,
+# sum x^2 reduced): elementwise products of loads, and the statistic's reduction
+_PROLOGUE = {"load_tile", "load_row", "load_col", "mul", "store", "reduce_row"}
+
+
+def _norm_prologue(step: Host, spec) -> bool:
+    """``step`` is a norm prologue: only :data:`_PROLOGUE` items, its row reductions ``sumsq``,
+    and a stored tensor that a later GEMM reads as its A operand. The derivation reads it as a
+    kernel without a GEMM (its backward runs in that GEMM's dgrad epilogue, as a fused
+    epilogue's does)."""
+    if any(op.prim not in _PROLOGUE for op in step.body):
+        return False
+    if any(op.get("reduce_row") != "sumsq" for op in step.body if op.prim == "reduce_row"):
+        return False
+    stored = {_store_target(op) for op in step.body if op.prim == "store"}
+    return any(isinstance(k, Kernel) and k.gemm.a.name in stored for k in spec.steps)
+
+
 def read_forward(checked) -> tuple[tuple, tuple]:
     """``(kernels, stats)`` of the forward section; raises :class:`Unsupported`."""
     spec = checked.spec
@@ -113,18 +131,26 @@ def read_forward(checked) -> tuple[tuple, tuple]:
     for index, (step, info) in enumerate(zip(spec.steps, checked.analysis.steps, strict=True)):
         if isinstance(step, Host):
             unit = match(step, spec)
-            if unit is None:
-                raise Unsupported(
-                    f"host step '{step.name}': a forward host step is derived only when it is "
-                    "a LayerNorm ((x - mu) * rsqrt(var + eps) [* gamma] [+ beta], mu and var "
-                    "finalized from a kernel's sum and sumsq of x)",
-                    step.loc,
-                    "write its backward by hand in a backward: section",
-                )
             stores = tuple(
                 (op.get("store"), _store_target(op)) for op in step.body if op.prim == "store"
             )
             kinds = tuple((n, v.kind) for n, v in info.values)
+            if unit is None and _norm_prologue(step, spec):  # a kernel without a GEMM
+                fk = FKernel(index, step, "", "", False, step.body, kinds, stores, None)
+                kernels.append(fk)
+                partial_of.update(
+                    (op.results[0], (fk, op)) for op in step.body if op.prim == "reduce_row"
+                )
+                continue
+            if unit is None:
+                raise Unsupported(
+                    f"host step '{step.name}': a forward host step is derived only when it is "
+                    "a LayerNorm ((x - mu) * rsqrt(var + eps) [* gamma] [+ beta], mu and var "
+                    "finalized from a kernel's sum and sumsq of x) or an RMSNorm prologue "
+                    "(loads, products, a sumsq row reduction, storing a GEMM's A operand)",
+                    step.loc,
+                    "write its backward by hand in a backward: section",
+                )
             kernels.append(
                 FKernel(index, step, "", "", False, step.body, kinds, stores, None, unit)
             )

@@ -13,6 +13,8 @@
 * :class:`Gemma3ForCausalLM` (``coda_spec.nn.gemma3``): Gemma-3, text only, its MLP and LM head
   in chains and its sandwich norms, QK-norm and RoPE in torch; :func:`apply_to_hf_gemma3` the
   patch of a transformers ``Gemma3ForCausalLM``.
+* :class:`Qwen2ForCausalLM` and :func:`apply_to_hf_qwen2` (``coda_spec.nn.qwen2``): Qwen2, the
+  Llama's decoder with QKV biases, through its own chains (``specs/qwen2_*.yaml``).
 * ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
   as transformers makes them) or refused.
 """
@@ -21,6 +23,7 @@ from coda_spec.nn.families import FAMILIES, apply_to_hf, from_hf
 from coda_spec.nn.gemma3 import Gemma3ForCausalLM, apply_to_hf_gemma3
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
+from coda_spec.nn.qwen2 import Qwen2ForCausalLM, apply_to_hf_qwen2
 
 __all__ = [
     "FAMILIES",
@@ -28,8 +31,10 @@ __all__ = [
     "LlamaConfig",
     "LlamaForCausalLM",
     "LlamaShape",
+    "Qwen2ForCausalLM",
     "apply_to_hf",
     "apply_to_hf_gemma3",
     "apply_to_hf_llama",
+    "apply_to_hf_qwen2",
     "from_hf",
 ]

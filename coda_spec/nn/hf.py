@@ -136,6 +136,14 @@ def apply_to_hf_llama(
     shape = LlamaShape.of(model.config)
     rows = checked_chunk_rows(lm_head_chunk_rows)
     chains = chain_ops(shape, builds, tuned, recompute=recompute)
+    return patch(model, shape, chains, rows)
+
+
+def patch(model, shape: LlamaShape, chains: dict, rows, layer=hf_layer, qkv_inputs=()):
+    """:func:`drop_in` over ``causal_lm_loss`` with ``chains`` (by role) on ``model``'s own
+    parameters; returns ``model``. ``layer(decoder_layer, shape)``: a layer's weights under
+    coda's names, fused per call (:func:`hf_layer`); ``qkv_inputs``: as ``causal_lm_loss``'s (a
+    family's, e.g. Qwen2's QKV bias)."""
     tables: dict = {}  # (weights' dtype, device) -> RoPE table: the model may move later
 
     def loss(input_ids, labels, kw: dict):
@@ -144,7 +152,7 @@ def apply_to_hf_llama(
 
         def within(i, fn):
             if i not in fused:
-                fused[i] = hf_layer(model.model.layers[i], shape)
+                fused[i] = layer(model.model.layers[i], shape)
             return fn(fused[i])
 
         first = root["embed_tokens.weight"]
@@ -160,6 +168,7 @@ def apply_to_hf_llama(
             labels,
             tables[key],
             lm_head_chunk_rows=rows,
+            qkv_inputs=qkv_inputs,
             **kw,
         )
 

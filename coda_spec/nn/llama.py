@@ -332,6 +332,7 @@ def causal_lm_loss(
     freqs,
     *,
     lm_head_chunk_rows: int | None = None,
+    qkv_inputs: tuple = (),
     **kw,
 ):
     """The loss of a model, the one forward both :class:`LlamaForCausalLM` and the transformers
@@ -348,7 +349,9 @@ def causal_lm_loss(
     transformers' (a padded or packed batch attends through a mask); a Mistral's sliding window
     (``shape.window``) as transformers' (:func:`windowed`).
     ``lm_head_chunk_rows``: the LM head's rows per chunk (:func:`lm_head_chunk`; None: the
-    rule)."""
+    rule). ``qkv_inputs``: layer weights a family's QKV chains take besides the Llama's, by
+    the same name (Qwen2's ``b_qkv``): the first chain gets layer 0's, each layer chain the next
+    layer's."""
     rows = checked_chunk_rows(lm_head_chunk_rows)
     call = checked(input_ids, labels, kw, shape.vocab)
     b, s = call.ids.shape
@@ -359,7 +362,12 @@ def causal_lm_loss(
     qkv = within(
         0,
         lambda w0: chains["llama3_first"](
-            x=x, gamma=w0["input_norm"], w_qkv=w0["w_qkv"], pos=pos, freqs=freqs
+            x=x,
+            gamma=w0["input_norm"],
+            w_qkv=w0["w_qkv"],
+            pos=pos,
+            freqs=freqs,
+            **{k: w0[k] for k in qkv_inputs},
         ),
     )["qkv"]
 
@@ -374,7 +382,12 @@ def causal_lm_loss(
             lambda wi, y=y, i=i: within(
                 i + 1,
                 lambda wn: chains["llama3_layer"](
-                    **mlp(wi, y), gamma2=wn["input_norm"], w_qkv=wn["w_qkv"], pos=pos, freqs=freqs
+                    **mlp(wi, y),
+                    gamma2=wn["input_norm"],
+                    w_qkv=wn["w_qkv"],
+                    pos=pos,
+                    freqs=freqs,
+                    **{k: wn[k] for k in qkv_inputs},
                 ),
             ),
         )
@@ -517,7 +530,14 @@ class LlamaForCausalLM(torch.nn.Module):
     (docs/training.md, "Recompute"). ``lm_head_chunk_rows``: the LM head's rows per chunk (None:
     the rule, :func:`lm_head_chunk`). Parameters are created in ``dtype`` on ``device`` with
     transformers' initialisation (normal(0, 0.02), norms at 1); load weights with
-    :meth:`from_hf` or :meth:`load_hf_state_dict`."""
+    :meth:`from_hf` or :meth:`load_hf_state_dict`.
+
+    A family whose decoder is this one with more glue subclasses it (``coda_spec.nn.qwen2``):
+    ``shape_of`` reads and refuses its config, ``chains_of`` loads its chains, and
+    ``QKV_INPUTS`` names the layer weights its QKV chains take besides these
+    (``causal_lm_loss``'s ``qkv_inputs``)."""
+
+    QKV_INPUTS: tuple = ()
 
     def __init__(
         self,
@@ -533,8 +553,8 @@ class LlamaForCausalLM(torch.nn.Module):
         self.config = config
         self.recompute = bool(recompute)
         self.lm_head_chunk_rows = checked_chunk_rows(lm_head_chunk_rows)
-        self.shape = sh = LlamaShape.of(config)
-        self.chains = chain_ops(sh, builds, tuned, recompute=self.recompute)
+        self.shape = sh = self.shape_of(config)
+        self.chains = self.chains_of(sh, builds, tuned, self.recompute)
         kw = {"dtype": dtype, "device": device}
         qkv_rows = (sh.heads + 2 * sh.kv_heads) * sh.head_dim
         self.embed_tokens = torch.nn.Embedding(sh.vocab, sh.hidden, **kw)
@@ -550,6 +570,16 @@ class LlamaForCausalLM(torch.nn.Module):
                 if not name.endswith("norm"):
                     p.normal_(0.0, 0.02)
         self.register_buffer("freqs", rope_table(sh, dtype, device), persistent=False)
+
+    @staticmethod
+    def shape_of(config) -> LlamaShape:
+        """The config read, or refused (``LlamaShape.of``)."""
+        return LlamaShape.of(config)
+
+    @staticmethod
+    def chains_of(shape: LlamaShape, builds, tuned, recompute: bool) -> dict:
+        """The chains' ops by role (:func:`chain_ops`)."""
+        return chain_ops(shape, builds, tuned, recompute=recompute)
 
     def forward(self, input_ids=None, labels=None, **kw):
         """The mean cross-entropy of next-token prediction (``causal_lm_loss``). Takes
@@ -572,6 +602,7 @@ class LlamaForCausalLM(torch.nn.Module):
             labels,
             self.freqs,
             lm_head_chunk_rows=self.lm_head_chunk_rows,
+            qkv_inputs=self.QKV_INPUTS,
             **kw,
         )
 
