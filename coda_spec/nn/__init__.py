@@ -10,6 +10,8 @@
   transformers' names and layouts (``coda_spec.nn.layout``).
 * :func:`apply_to_hf_llama` (``coda_spec.nn.hf``): the same chains patched into an existing
   transformers ``LlamaForCausalLM`` (what ``apply_to_hf`` runs for a Llama).
+* :class:`Qwen3ForCausalLM` / :func:`apply_to_hf_qwen3` (``coda_spec.nn.qwen3``): Qwen3 from
+  ``specs/qwen3_*.yaml``, its per-head q/k norm and rotate-half RoPE in torch.
 * ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
   as transformers makes them) or refused.
 """
@@ -17,13 +19,16 @@
 from coda_spec.nn.families import FAMILIES, apply_to_hf, from_hf
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
+from coda_spec.nn.qwen3 import Qwen3ForCausalLM, apply_to_hf_qwen3
 
 __all__ = [
     "FAMILIES",
     "LlamaConfig",
     "LlamaForCausalLM",
     "LlamaShape",
+    "Qwen3ForCausalLM",
     "apply_to_hf",
     "apply_to_hf_llama",
+    "apply_to_hf_qwen3",
     "from_hf",
 ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaForCausalLM
+from coda_spec.nn.qwen3 import Qwen3ForCausalLM, apply_to_hf_qwen3
 from coda_spec.runtime import CodaRuntimeError
 
 
@@ -44,6 +45,8 @@ class Family:
 FAMILIES = (
     Family("llama", "LlamaForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
     Family("mistral", "MistralForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
+    # Qwen3: the per-head q/k RMSNorm and rotate-half RoPE in torch between its chains and SDPA
+    Family("qwen3", "Qwen3ForCausalLM", Qwen3ForCausalLM, apply_to_hf_qwen3),
 )
 
 

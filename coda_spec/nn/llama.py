@@ -330,6 +330,7 @@ def causal_lm_loss(
     freqs,
     *,
     lm_head_chunk_rows: int | None = None,
+    glue=None,
     **kw,
 ):
     """The loss of a model, the one forward both :class:`LlamaForCausalLM` and the transformers
@@ -346,7 +347,10 @@ def causal_lm_loss(
     transformers' (a padded or packed batch attends through a mask); a Mistral's sliding window
     (``shape.window``) as transformers' (:func:`windowed`).
     ``lm_head_chunk_rows``: the LM head's rows per chunk (:func:`lm_head_chunk`; None: the
-    rule)."""
+    rule). ``glue``: a family's torch glue around chains without RoPE (None: the Llama's, RoPE in
+    the chains): the QKV chains take no ``pos``/``freqs``, the first one takes
+    ``glue.first(w0, x)``, and each chain's ``qkv`` becomes ``glue.qkv(w, qkv, pos, freqs)``
+    (``w``: the weights of the layer it feeds) before attention (``coda_spec.nn.qwen3``)."""
     rows = checked_chunk_rows(lm_head_chunk_rows)
     call = checked(input_ids, labels, kw, shape.vocab)
     b, s = call.ids.shape
@@ -354,12 +358,17 @@ def causal_lm_loss(
     pos, target = call.pos, call.target
     mask = windowed(call.mask, shape.window, s, call.ids.device)
     x = F.embedding(call.ids, root["embed_tokens.weight"]).reshape(m, shape.hidden)
-    qkv = within(
-        0,
-        lambda w0: chains["llama3_first"](
-            x=x, gamma=w0["input_norm"], w_qkv=w0["w_qkv"], pos=pos, freqs=freqs
-        ),
-    )["qkv"]
+    rope = {"pos": pos, "freqs": freqs} if glue is None else {}
+
+    def attn_in(w: dict, out: dict) -> dict:  # the chain's outputs, its qkv glued for attention
+        return out if glue is None else {**out, "qkv": glue.qkv(w, out["qkv"], pos, freqs)}
+
+    def first(w0: dict) -> dict:
+        if glue is not None:
+            return glue.first(w0, x)
+        return {"x": x, "gamma": w0["input_norm"], "w_qkv": w0["w_qkv"], **rope}
+
+    qkv = within(0, lambda w0: attn_in(w0, chains["llama3_first"](**first(w0))))["qkv"]
 
     def mlp(w: dict, y) -> dict:
         keep = {"w_o": "w_o", "gamma1": "post_norm", "w_gu": "w_gu", "w_down": "w_down"}
@@ -371,8 +380,11 @@ def causal_lm_loss(
             i,
             lambda wi, y=y, i=i: within(
                 i + 1,
-                lambda wn: chains["llama3_layer"](
-                    **mlp(wi, y), gamma2=wn["input_norm"], w_qkv=wn["w_qkv"], pos=pos, freqs=freqs
+                lambda wn: attn_in(
+                    wn,
+                    chains["llama3_layer"](
+                        **mlp(wi, y), gamma2=wn["input_norm"], w_qkv=wn["w_qkv"], **rope
+                    ),
                 ),
             ),
         )
@@ -512,7 +524,10 @@ class LlamaForCausalLM(torch.nn.Module):
     (docs/training.md, "Recompute"). ``lm_head_chunk_rows``: the LM head's rows per chunk (None:
     the rule, :func:`lm_head_chunk`). Parameters are created in ``dtype`` on ``device`` with
     transformers' initialisation (normal(0, 0.02), norms at 1); load weights with
-    :meth:`from_hf` or :meth:`load_hf_state_dict`."""
+    :meth:`from_hf` or :meth:`load_hf_state_dict`. ``names``, ``command``: a family's chains
+    (:func:`chain_ops`); ``glue``: its torch glue (:func:`causal_lm_loss`; the Llama has none)."""
+
+    glue = None
 
     def __init__(
         self,
@@ -523,13 +538,15 @@ class LlamaForCausalLM(torch.nn.Module):
         device=None,
         recompute: bool = False,
         lm_head_chunk_rows: int | None = None,
+        names: dict | None = None,
+        command: str | None = None,
     ):
         super().__init__()
         self.config = config
         self.recompute = bool(recompute)
         self.lm_head_chunk_rows = checked_chunk_rows(lm_head_chunk_rows)
         self.shape = sh = LlamaShape.of(config)
-        self.chains = chain_ops(sh, builds, tuned, recompute=self.recompute)
+        self.chains = chain_ops(sh, builds, tuned, self.recompute, names, command)
         kw = {"dtype": dtype, "device": device}
         qkv_rows = (sh.heads + 2 * sh.kv_heads) * sh.head_dim
         self.embed_tokens = torch.nn.Embedding(sh.vocab, sh.hidden, **kw)
@@ -567,6 +584,7 @@ class LlamaForCausalLM(torch.nn.Module):
             labels,
             self.freqs,
             lm_head_chunk_rows=self.lm_head_chunk_rows,
+            glue=self.glue,
             **kw,
         )
 
