@@ -38,6 +38,9 @@ BACKWARD = {  # the specs with a backward section: coda::<name>_backward
     "llama3_layer",
     "llama3_layer_recompute",
     "llama_block",
+    "qwen3_first",
+    "qwen3_last_mlp",
+    "qwen3_layer",
 }
 INPLACE = {"b1_dgrad_rmsnorm_bwd", "llama3_lm_head"}  # coda::<name>_inplace
 # The ops of the chains with a backward section are the quick tier's cost: 0.4-2.5 s each

@@ -11,7 +11,7 @@ of its own (Qwen3-1.7B: 16 heads of 128 in a hidden size of 2048). Its chains
     qkv = qwen3_first(x, w = w_qkv * gamma, r = rstd(x))       # layer 0's norm, QKV 0
     for i < L-1:  x, qkv = qwen3_layer(x, attn(glue(qkv)))     # o-proj i .. QKV i+1
     x2, h2, r2 = qwen3_last_mlp(x, attn(glue(qkv)))            # o-proj L-1 .. final norm's inputs
-    loss = llama3_lm_head(x2, h2, r2, target, row_w)           # the Llama's (its kernels hold no eps)
+    loss = llama3_lm_head(x2, h2, r2, target, row_w)           # the Llama's: holds no eps
 
 * The chains hold Qwen3's eps (1e-6) and no RoPE: a QKV chain's ``qkv`` is the normalized input
   projected, in transformers' layout (``w_qkv`` is ``cat([q_proj, k_proj, v_proj])``, not
