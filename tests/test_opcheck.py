@@ -42,6 +42,9 @@ BACKWARD = {  # the specs with a backward section: coda::<name>_backward
     "qwen2_first",
     "qwen2_last_mlp",
     "qwen2_layer",
+    "qwen3_first",
+    "qwen3_last_mlp",
+    "qwen3_layer",
 }
 INPLACE = {"b1_dgrad_rmsnorm_bwd", "llama3_lm_head"}  # coda::<name>_inplace
 # The ops of the chains with a backward section are the quick tier's cost: 0.4-2.5 s each

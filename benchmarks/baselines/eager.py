@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from coda_spec.bench.baselines import Impl
 from coda_spec.bench.baselines import grad_leaf as _grad_leaf
 
-from .common import EPS, IGNORE, LLAMA3_EPS, QWEN2_EPS, rms, rope, rope_tables, rstd, upcast
+from .common import EPS, IGNORE, LLAMA3_EPS, QWEN_EPS, rms, rope, rope_tables, rstd, upcast
 
 
 def _eager_f1(t, sizes):
@@ -144,15 +144,45 @@ def _eager_llama3_last_mlp(t, sizes, eps=LLAMA3_EPS):
 
 
 def _eager_qwen2_first(t, sizes):
-    return _eager_llama3_first(t, sizes, QWEN2_EPS)
+    return _eager_llama3_first(t, sizes, QWEN_EPS)
 
 
 def _eager_qwen2_layer(t, sizes):
-    return _eager_llama_block(t, sizes, QWEN2_EPS)
+    return _eager_llama_block(t, sizes, QWEN_EPS)
 
 
 def _eager_qwen2_last_mlp(t, sizes):
-    return _eager_llama3_last_mlp(t, sizes, QWEN2_EPS)
+    return _eager_llama3_last_mlp(t, sizes, QWEN_EPS)
+
+
+def _eager_qwen3_first(t, sizes):
+    """Layer 0's input norm (its weight folded into ``w``) and the QKV GEMM, no RoPE (Qwen3's
+    q/k norm and RoPE run in torch after the chain)."""
+    return {"qkv": F.rms_norm(t["x"], (sizes["D"],), None, QWEN_EPS) @ t["w"].T}
+
+
+def _eager_qwen3_layer(t, sizes):
+    x1, z1, x2 = _post_attention(t, sizes, QWEN_EPS)
+    qkv = F.rms_norm(x2, (sizes["D"],), t["gamma2"], QWEN_EPS) @ t["w_qkv"].T
+    return {
+        "x1": x1,
+        "r1": rstd(x1, QWEN_EPS),
+        "z1": z1,
+        "x2": x2,
+        "r2": rstd(x2, QWEN_EPS),
+        "qkv": qkv,
+    }
+
+
+def _eager_qwen3_last_mlp(t, sizes):
+    return _eager_llama3_last_mlp(t, sizes, QWEN_EPS)
+
+
+def _eager_gemma3_mlp(t, sizes):
+    """Gemma-3's GeGLU MLP (gelu tanh on the interleaved gate columns)."""
+    z = t["hn"] @ t["w_gu"].T
+    act = F.gelu(z[:, 0::2], approximate="tanh") * z[:, 1::2]
+    return {"z": z, "act": act, "d": act @ t["w_down"].T}
 
 
 def _eager_llama3_lm_head(t, sizes):
@@ -250,9 +280,13 @@ EAGER = MappingProxyType(
             _eager_llama3_layer_recompute, rope_tables, _EAGER_ROPE_NOTE
         ),
         "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
+        "gemma3_mlp": Impl(_eager_gemma3_mlp),
         "qwen2_first": Impl(_eager_qwen2_first, rope_tables, _EAGER_ROPE_NOTE),
         "qwen2_last_mlp": Impl(_eager_qwen2_last_mlp),
         "qwen2_layer": Impl(_eager_qwen2_layer, rope_tables, _EAGER_ROPE_NOTE),
+        "qwen3_first": Impl(_eager_qwen3_first),
+        "qwen3_last_mlp": Impl(_eager_qwen3_last_mlp),
+        "qwen3_layer": Impl(_eager_qwen3_layer),
         "rmsnorm_chain": Impl(_eager_rmsnorm_chain),
     }
 )

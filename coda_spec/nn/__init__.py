@@ -15,6 +15,8 @@
   patch of a transformers ``Gemma3ForCausalLM``.
 * :class:`Qwen2ForCausalLM` and :func:`apply_to_hf_qwen2` (``coda_spec.nn.qwen2``): Qwen2, the
   Llama's decoder with QKV biases, through its own chains (``specs/qwen2_*.yaml``).
+* :class:`Qwen3ForCausalLM` / :func:`apply_to_hf_qwen3` (``coda_spec.nn.qwen3``): Qwen3 from
+  ``specs/qwen3_*.yaml``, its per-head q/k norm and rotate-half RoPE in torch.
 * ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
   as transformers makes them) or refused.
 """
@@ -24,6 +26,7 @@ from coda_spec.nn.gemma3 import Gemma3ForCausalLM, apply_to_hf_gemma3
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
 from coda_spec.nn.qwen2 import Qwen2ForCausalLM, apply_to_hf_qwen2
+from coda_spec.nn.qwen3 import Qwen3ForCausalLM, apply_to_hf_qwen3
 
 __all__ = [
     "FAMILIES",
@@ -32,9 +35,11 @@ __all__ = [
     "LlamaForCausalLM",
     "LlamaShape",
     "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
     "apply_to_hf",
     "apply_to_hf_gemma3",
     "apply_to_hf_llama",
     "apply_to_hf_qwen2",
+    "apply_to_hf_qwen3",
     "from_hf",
 ]

@@ -24,6 +24,7 @@ from coda_spec.nn.gemma3 import MULTIMODAL, Gemma3ForCausalLM, apply_to_hf_gemma
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaForCausalLM
 from coda_spec.nn.qwen2 import Qwen2ForCausalLM, apply_to_hf_qwen2
+from coda_spec.nn.qwen3 import Qwen3ForCausalLM, apply_to_hf_qwen3
 from coda_spec.runtime import CodaRuntimeError
 
 
@@ -49,6 +50,8 @@ FAMILIES = (
     Family("gemma3_text", "Gemma3ForCausalLM", Gemma3ForCausalLM, apply_to_hf_gemma3),
     # Qwen2: Llama's decoder with QKV biases (its own chains, specs/qwen2_*.yaml), eps 1e-6
     Family("qwen2", "Qwen2ForCausalLM", Qwen2ForCausalLM, apply_to_hf_qwen2),
+    # Qwen3: the per-head q/k RMSNorm and rotate-half RoPE in torch between its chains and SDPA
+    Family("qwen3", "Qwen3ForCausalLM", Qwen3ForCausalLM, apply_to_hf_qwen3),
 )
 
 # model types refused with a reason of their own (a model of a served family that coda_spec.nn

@@ -139,11 +139,21 @@ def apply_to_hf_llama(
     return patch(model, shape, chains, rows)
 
 
-def patch(model, shape: LlamaShape, chains: dict, rows, layer=hf_layer, qkv_inputs=()):
+def patch(
+    model,
+    shape: LlamaShape,
+    chains: dict,
+    rows,
+    layer=hf_layer,
+    qkv_inputs=(),
+    glue=None,
+    table=rope_table,
+):
     """:func:`drop_in` over ``causal_lm_loss`` with ``chains`` (by role) on ``model``'s own
     parameters; returns ``model``. ``layer(decoder_layer, shape)``: a layer's weights under
-    coda's names, fused per call (:func:`hf_layer`); ``qkv_inputs``: as ``causal_lm_loss``'s (a
-    family's, e.g. Qwen2's QKV bias)."""
+    coda's names, fused per call (:func:`hf_layer`); ``qkv_inputs``, ``glue``: as
+    ``causal_lm_loss``'s (a family's: Qwen2's QKV bias, Qwen3's q/k norm and RoPE in torch);
+    ``table(shape, dtype, device)``: the RoPE frequencies the chains or the glue read."""
     tables: dict = {}  # (weights' dtype, device) -> RoPE table: the model may move later
 
     def loss(input_ids, labels, kw: dict):
@@ -158,7 +168,7 @@ def patch(model, shape: LlamaShape, chains: dict, rows, layer=hf_layer, qkv_inpu
         first = root["embed_tokens.weight"]
         key = (first.dtype, first.device)
         if key not in tables:
-            tables[key] = rope_table(shape, first.dtype, first.device)
+            tables[key] = table(shape, first.dtype, first.device)
         return causal_lm_loss(
             chains,
             shape,
@@ -169,6 +179,7 @@ def patch(model, shape: LlamaShape, chains: dict, rows, layer=hf_layer, qkv_inpu
             tables[key],
             lm_head_chunk_rows=rows,
             qkv_inputs=qkv_inputs,
+            glue=glue,
             **kw,
         )
 

@@ -333,6 +333,7 @@ def causal_lm_loss(
     *,
     lm_head_chunk_rows: int | None = None,
     qkv_inputs: tuple = (),
+    glue=None,
     **kw,
 ):
     """The loss of a model, the one forward both :class:`LlamaForCausalLM` and the transformers
@@ -351,7 +352,10 @@ def causal_lm_loss(
     ``lm_head_chunk_rows``: the LM head's rows per chunk (:func:`lm_head_chunk`; None: the
     rule). ``qkv_inputs``: layer weights a family's QKV chains take besides the Llama's, by
     the same name (Qwen2's ``b_qkv``): the first chain gets layer 0's, each layer chain the next
-    layer's."""
+    layer's. ``glue``: a family's torch glue around chains without RoPE (None: the Llama's, RoPE in
+    the chains): the QKV chains take no ``pos``/``freqs``, the first one takes
+    ``glue.first(w0, x)``, and each chain's ``qkv`` becomes ``glue.qkv(w, qkv, pos, freqs)``
+    (``w``: the weights of the layer it feeds) before attention (``coda_spec.nn.qwen3``)."""
     rows = checked_chunk_rows(lm_head_chunk_rows)
     call = checked(input_ids, labels, kw, shape.vocab)
     b, s = call.ids.shape
@@ -359,17 +363,18 @@ def causal_lm_loss(
     pos, target = call.pos, call.target
     mask = windowed(call.mask, shape.window, s, call.ids.device)
     x = F.embedding(call.ids, root["embed_tokens.weight"]).reshape(m, shape.hidden)
-    qkv = within(
-        0,
-        lambda w0: chains["llama3_first"](
-            x=x,
-            gamma=w0["input_norm"],
-            w_qkv=w0["w_qkv"],
-            pos=pos,
-            freqs=freqs,
-            **{k: w0[k] for k in qkv_inputs},
-        ),
-    )["qkv"]
+    rope = {"pos": pos, "freqs": freqs} if glue is None else {}
+
+    def attn_in(w: dict, out: dict) -> dict:  # the chain's outputs, its qkv glued for attention
+        return out if glue is None else {**out, "qkv": glue.qkv(w, out["qkv"], pos, freqs)}
+
+    def first(w0: dict) -> dict:
+        if glue is not None:
+            return glue.first(w0, x)
+        extra = {k: w0[k] for k in qkv_inputs}
+        return {"x": x, "gamma": w0["input_norm"], "w_qkv": w0["w_qkv"], **rope, **extra}
+
+    qkv = within(0, lambda w0: attn_in(w0, chains["llama3_first"](**first(w0))))["qkv"]
 
     def mlp(w: dict, y) -> dict:
         keep = {"w_o": "w_o", "gamma1": "post_norm", "w_gu": "w_gu", "w_down": "w_down"}
@@ -381,13 +386,15 @@ def causal_lm_loss(
             i,
             lambda wi, y=y, i=i: within(
                 i + 1,
-                lambda wn: chains["llama3_layer"](
-                    **mlp(wi, y),
-                    gamma2=wn["input_norm"],
-                    w_qkv=wn["w_qkv"],
-                    pos=pos,
-                    freqs=freqs,
-                    **{k: wn[k] for k in qkv_inputs},
+                lambda wn: attn_in(
+                    wn,
+                    chains["llama3_layer"](
+                        **mlp(wi, y),
+                        gamma2=wn["input_norm"],
+                        w_qkv=wn["w_qkv"],
+                        **rope,
+                        **{k: wn[k] for k in qkv_inputs},
+                    ),
                 ),
             ),
         )
@@ -532,12 +539,14 @@ class LlamaForCausalLM(torch.nn.Module):
     transformers' initialisation (normal(0, 0.02), norms at 1); load weights with
     :meth:`from_hf` or :meth:`load_hf_state_dict`.
 
-    A family whose decoder is this one with more glue subclasses it (``coda_spec.nn.qwen2``):
-    ``shape_of`` reads and refuses its config, ``chains_of`` loads its chains, and
-    ``QKV_INPUTS`` names the layer weights its QKV chains take besides these
-    (``causal_lm_loss``'s ``qkv_inputs``)."""
+    A family whose decoder is this one with more glue subclasses it (``coda_spec.nn.qwen2``,
+    ``coda_spec.nn.qwen3``): ``shape_of`` reads and refuses its config, ``chains_of`` loads its
+    chains, ``QKV_INPUTS`` names the layer weights its QKV chains take besides these
+    (``causal_lm_loss``'s ``qkv_inputs``) and ``glue`` is its torch glue (``causal_lm_loss``'s
+    ``glue``; the Llama has none)."""
 
     QKV_INPUTS: tuple = ()
+    glue = None
 
     def __init__(
         self,
@@ -603,6 +612,7 @@ class LlamaForCausalLM(torch.nn.Module):
             self.freqs,
             lm_head_chunk_rows=self.lm_head_chunk_rows,
             qkv_inputs=self.QKV_INPUTS,
+            glue=self.glue,
             **kw,
         )
 
