@@ -17,6 +17,12 @@ CODA's rules, applied to every forward kernel ``p`` in reverse order:
   reads its inputs (v = x r gamma, act = silu(g) u).
 - **Vector gradients** (dgamma, dbeta) are column reductions in the epilogue that holds the
   product's other operand, finalized by a sum.
+- **An operand read by several GEMMs** gets one gradient, their sum: a chain input read as A
+  (or as a residual tile) by several kernels, a weight shared by several. The first backward
+  GEMM stores a partial, the last adds to it in place (``add_to``). Two kernels running the same
+  GEMM (a post-norm in two passes: a kernel reducing ``sumsq`` of acc, then the kernel its
+  statistic scales) share one dgrad and one wgrad: the later kernel's d(acc) waits
+  (``twins``) and the earlier kernel's backward adds its own d(acc) to it in place.
 
 Gradients are kept as lazy sums of terms (a value of the step, or a tensor in memory) so that a
 sum ending in a store becomes ``add_to`` of the one tensor term, as in the hand-written specs.
@@ -199,11 +205,11 @@ class Derivation:
             del self.st.twins[key]
             self.gemm_grads(next(k for k in self.kernels if k.index == index))
         for tensor in [t for t, g in self.st.pending.items() if g and self._input(t)]:
-            over = next(t.name for t in self.st.pending[tensor] if t.load == "load_tile")
-            step = StepBuilder(
-                self.view(),
-                BStep("host", self.fresh(f"{tensor}_grad"), [("over", over)], note="sum"),
-            )
+            terms = self.st.pending[tensor]
+            over = next((t.name for t in terms if t.load == "load_tile"), terms[0].name)
+            note = f"{tensor}'s gradient, summed over the GEMMs that read it"
+            host = BStep("host", self.fresh(f"{tensor}_grad"), [("over", over)], note=note)
+            step = StepBuilder(self.view(), host)
             step.finish_tensor(tensor, [])
             self.steps.append(step.done())
         for w, part in list(self.st.wparts.items()):
@@ -216,9 +222,8 @@ class Derivation:
 
     def _input(self, tensor: str) -> bool:
         """A chain input that gets a gradient (not a tensor some forward step writes)."""
-        return (
-            tensor in self.wrt and self.spec.tensor(tensor) is not None and not self.producer(tensor)
-        )
+        known = tensor in self.wrt and self.spec.tensor(tensor) is not None
+        return known and self.producer(tensor) is None
 
     def live(self, p: FKernel) -> bool:
         """p's epilogue has a gradient to differentiate: an incoming or accumulated gradient
@@ -384,8 +389,7 @@ class Derivation:
     def _read_before(self, p: FKernel) -> bool:
         """An earlier forward kernel reads p's A operand too (as its A, or a tile it loads)."""
         return any(
-            q.index < p.index
-            and (q.a == p.a or any(op.get("load_tile") == p.a for op in q.items))
+            q.index < p.index and (q.a == p.a or any(op.get("load_tile") == p.a for op in q.items))
             for q in self.kernels
         )
 
