@@ -194,36 +194,8 @@ class Derivation:
     def run(self) -> list:
         for p in reversed(self.kernels):
             self.kernel_backward(p)
-        self.flush()
+        _flush(self)
         return _short_names(_fold_copies(self.steps, set(self.st.grads)))
-
-    def flush(self) -> None:
-        """What waited for a kernel that turned out to have no gradient to give: a deferred
-        twin's dgrad and wgrad, an input's or a weight's partial gradient (stored under its
-        name by a copy that ``_fold_copies`` folds into the step that wrote the partial)."""
-        for key, index in list(self.st.twins.items()):
-            del self.st.twins[key]
-            self.gemm_grads(next(k for k in self.kernels if k.index == index))
-        for tensor in [t for t, g in self.st.pending.items() if g and self._input(t)]:
-            terms = self.st.pending[tensor]
-            over = next((t.name for t in terms if t.load == "load_tile"), terms[0].name)
-            note = f"{tensor}'s gradient, summed over the GEMMs that read it"
-            host = BStep("host", self.fresh(f"{tensor}_grad"), [("over", over)], note=note)
-            step = StepBuilder(self.view(), host)
-            step.finish_tensor(tensor, [])
-            self.steps.append(step.done())
-        for w, part in list(self.st.wparts.items()):
-            del self.st.wparts[w]
-            name = self.output_name(w)
-            step = BStep("host", self.fresh(f"{w}_grad"), [("over", part)])
-            step.items += [Item([("load_tile", part)]), Item([("store", part), ("to", name)])]
-            self.steps.append(step)
-            self.st.outputs[name] = self.spec.tensor(w).dtype
-
-    def _input(self, tensor: str) -> bool:
-        """A chain input that gets a gradient (not a tensor some forward step writes)."""
-        known = tensor in self.wrt and self.spec.tensor(tensor) is not None
-        return known and self.producer(tensor) is None
 
     def live(self, p: FKernel) -> bool:
         """p's epilogue has a gradient to differentiate: an incoming or accumulated gradient
@@ -386,21 +358,14 @@ class Derivation:
             return
         self.gemm_grads(p)
 
-    def _read_before(self, p: FKernel) -> bool:
-        """An earlier forward kernel reads p's A operand too (as its A, or a tile it loads)."""
-        return any(
-            q.index < p.index and (q.a == p.a or any(op.get("load_tile") == p.a for op in q.items))
-            for q in self.kernels
-        )
-
     def gemm_grads(self, p: FKernel) -> None:
         """p's dgrad into its chain-input A operand and p's wgrad. When an earlier forward
-        kernel reads that A too (:meth:`_read_before`), whose backward comes later, the dgrad
+        kernel reads that A too (:func:`_read_before`), whose backward comes later, the dgrad
         stores a partial (``pending``) that the last contribution finishes with ``add_to``."""
         if self.needs(None, p.a):
             step = StepBuilder.dgrad(self.view(), p, None)
             seed = step.seed_of_a(p)
-            if self._read_before(p):
+            if _read_before(self.kernels, p):
                 name = step.store_tensor(seed + self.st.pending.pop(p.a, []), f"d{p.a}")
                 self.st.pending[p.a] = [Term(name, "load_tile")]
                 self.st.uses[p.a] -= 1
@@ -496,6 +461,47 @@ class Derivation:
         self.steps.append(step)
         for t in (dacc, a):
             self.st.readers.get(t, set()).discard(("wgrad", j.index))
+
+
+def _flush(d: Derivation) -> None:
+    """What waited for a kernel that turned out to have no gradient to give: a deferred twin's
+    dgrad and wgrad (``Derivation.input_dgrad``), an input's or a weight's partial gradient
+    (stored under its name by a copy that ``_fold_copies`` folds into the step that wrote the
+    partial)."""
+    st = d.st
+    for key, index in list(st.twins.items()):
+        del st.twins[key]
+        d.gemm_grads(next(k for k in d.kernels if k.index == index))
+    for tensor in [t for t, g in st.pending.items() if g and _an_input(d, t)]:
+        terms = st.pending[tensor]
+        over = next((t.name for t in terms if t.load == "load_tile"), terms[0].name)
+        note = f"{tensor}'s gradient, summed over the GEMMs that read it"
+        step = StepBuilder(
+            d.view(), BStep("host", d.fresh(f"{tensor}_grad"), [("over", over)], note=note)
+        )
+        step.finish_tensor(tensor, [])
+        d.steps.append(step.done())
+    for w, part in list(st.wparts.items()):
+        del st.wparts[w]
+        name = d.output_name(w)
+        step = BStep("host", d.fresh(f"{w}_grad"), [("over", part)])
+        step.items += [Item([("load_tile", part)]), Item([("store", part), ("to", name)])]
+        d.steps.append(step)
+        st.outputs[name] = d.spec.tensor(w).dtype
+
+
+def _an_input(d: Derivation, tensor: str) -> bool:
+    """A chain input that gets a gradient (not a tensor some forward step writes)."""
+    known = tensor in d.wrt and d.spec.tensor(tensor) is not None
+    return known and d.producer(tensor) is None
+
+
+def _read_before(kernels, p: FKernel) -> bool:
+    """An earlier forward kernel reads p's A operand too (as its A, or a tile it loads)."""
+    return any(
+        q.index < p.index and (q.a == p.a or any(op.get("load_tile") == p.a for op in q.items))
+        for q in kernels
+    )
 
 
 def _copy_state(st: State) -> State:

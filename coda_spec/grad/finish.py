@@ -18,16 +18,18 @@ def finish_inputs_of(step, p: FKernel) -> None:
     later = []
     # a d(acc) that is an incoming gradient as it is (aliased, not stored again) is read by the
     # dgrad after this step: an input's gradient finished first is never added into it in place
+    # (held as the GEMM's operands are, which store_tensor never accumulates into)
     g = step.acc_grad or []
-    if len(g) == 1 and g[0].load == "load_tile" and g[0].sign == 1:
-        step.held = {g[0].name}
+    alias = len(g) == 1 and g[0] == Term(g[0].name, "load_tile")
+    held = {g[0].name} - step.gemm_operands if alias else set()
+    step.gemm_operands |= held
     for tensor, g in step.contrib.items():
         step.d.uses[tensor] -= 1
         if step.d.producer(tensor) is None and step.d.uses[tensor] == 0:
             finish_tensor(step, tensor, g)
         else:
             later.append((tensor, g))
-    step.held = set()
+    step.gemm_operands -= held
     _store_acc(step, p)
     for tensor, g in later:
         mine, g = in_memory(step.inplace, g)  # (d(acc) stored into an incoming gradient in place)

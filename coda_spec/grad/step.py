@@ -52,7 +52,6 @@ class StepBuilder:
         self.current, self.noted = "", set()  # the item being differentiated; lines noted
         self.acc_grad = None
         self.scaled = False  # d(acc) already multiplied by the deferred row scale
-        self.held: set = set()  # tiles a later store of this step reads (never added into)
 
     # ---- the three placements ------------------------------------------------------------
 
@@ -183,7 +182,6 @@ class StepBuilder:
             if t.load == "load_tile"
             and t.sign == 1
             and t.name not in self.gemm_operands
-            and t.name not in self.held
             and not self.d.readers.get(t.name)
             and t.name not in self.d.outputs
         ]
