@@ -393,3 +393,102 @@ def test_a_derived_pair_backward_gives_check_no_warning():
 
     res = coda_check(ROOT / "specs" / "grad" / "f3_norm_swiglu.yaml")
     assert res.exit_code == 0 and "warning" not in res.output, res.output
+
+
+POST_NORM = """\
+coda: 1
+name: post_norm_two_pass
+doc: a post-norm of a GEMM output before the residual add (Gemma-3's, OLMo-2's), in two passes
+dims: {M: dynamic, D: 1152, F: 6912}
+tensors:
+  act:    {shape: [M, F], dtype: bf16, doc: the MLP activation}
+  w_down: {shape: [D, F], dtype: bf16, doc: the down projection}
+  x1:     {shape: [M, D], dtype: bf16, doc: the residual stream}
+  g:      {shape: [D], dtype: bf16, doc: the post-norm's weight (1 + g)}
+steps:
+  - kernel: down_stat
+    gemm: {a: act, b: w_down.T}
+    epilogue:
+      - {reduce_row: sumsq, of: acc, as: ss}
+  - {finalize: rsqrt_mean, of: ss, n: D, eps: 1.0e-6, as: r}
+  - kernel: down_proj
+    gemm: {a: act, b: w_down.T}
+    epilogue:
+      - {load_col: r}
+      - {mul: [acc, r], as: dn}
+      - {load_row: g}
+      - {add: [g, 1.0], as: g1}
+      - {mul: [dn, g1], as: p}
+      - {load_tile: x1}
+      - {add: [x1, p], as: x2}
+      - {store: x2}
+outputs: {x2: bf16}
+equivalent_to: |
+  x2 = x1 + rms_norm(act @ w_down.T, 1.0 + g, 1e-6)
+"""
+
+
+def test_a_post_norm_over_two_passes_of_one_gemm_derives(tmp_path):
+    """A statistic kernel and the kernel it scales run the same GEMM (act @ w_down.T): each
+    derived its own dgrad and wgrad, storing act's and w_down's gradient twice (d_act, d_act_2;
+    each half of the sum), so the proof refused it as "a coda bug" (rel_err 1.01). Now the
+    statistic pass's d(acc) (the norm term -y r^3 mean(y dp (1 + g))) is added in place to the
+    scaled pass's (r dp (1 + g)): one dgrad and one wgrad take the sum."""
+    code, out = _run(tmp_path, POST_NORM)
+    assert code == 0  # derived, checked and proven in fp64
+    text = out.read_text()
+    back = text.split("\nbackward:", 1)[1]
+    assert back.count("- kernel:") == 4, back  # two GEMM re-runs, one dgrad, one wgrad
+    assert back.count("to: d_act}") == 1 and back.count("to: d_w_down}") == 1, back
+    assert "d_act_2" not in back and "add_to: ddn_r}" in back, back
+
+
+def test_an_input_or_weight_read_by_several_gemms_sums_its_gradients(tmp_path):
+    """x is k0's residual tile and the A operand of k1 and k2; w2 is the weight of k2 and k3.
+    Each GEMM wrote its own gradient of them (d_x, d_x_2, d_x_3; d_w2, d_w2_2), none the sum;
+    now the first is a partial and the last adds to it in place."""
+    spec = """\
+coda: 1
+name: shared_operands
+doc: an input and a weight read by several GEMMs
+dims: {M: dynamic, D: 64, F: 128}
+tensors:
+  x:  {shape: [M, D], dtype: bf16, doc: read three times}
+  h:  {shape: [M, D], dtype: bf16, doc: a second A operand}
+  u:  {shape: [M, F], dtype: bf16, doc: k0's A operand}
+  w0: {shape: [D, F], dtype: bf16, doc: k0's weight}
+  w1: {shape: [F, D], dtype: bf16, doc: k1's weight}
+  w2: {shape: [F, D], dtype: bf16, doc: the weight of k2 and k3}
+steps:
+  - kernel: k0
+    gemm: {a: u, b: w0.T}
+    epilogue:
+      - {load_tile: x}
+      - {add: [acc, x], as: s0}
+      - {store: s0, to: y0}
+  - kernel: k1
+    gemm: {a: x, b: w1.T}
+    epilogue:
+      - {store: acc, to: y1}
+  - kernel: k2
+    gemm: {a: x, b: w2.T}
+    epilogue:
+      - {silu: acc, as: s2}
+      - {store: s2, to: y2}
+  - kernel: k3
+    gemm: {a: h, b: w2.T}
+    epilogue:
+      - {store: acc, to: y3}
+outputs: {y0: bf16, y1: bf16, y2: bf16, y3: bf16}
+equivalent_to: |
+  y0 = u @ w0.T + x
+  y1 = x @ w1.T
+  y2 = silu(x @ w2.T)
+  y3 = h @ w2.T
+"""
+    code, out = _run(tmp_path, spec)
+    assert code == 0  # derived, checked and proven in fp64
+    back = out.read_text().split("\nbackward:", 1)[1]
+    for grad in ("d_x", "d_w2"):
+        assert back.count(f"to: {grad},") + back.count(f"to: {grad}}}") == 1, back
+        assert f"{grad}_2" not in back, back

@@ -24,10 +24,12 @@ elementwise items, row and column vector loads, residual tile loads, the deferre
 scale and its ``sumsq`` statistic (finalize ``rsqrt_mean``, or a derived ``rsqrt(mean(square(x),
 -1) + eps)`` input), swiglu / geglu, adjacent-pair rope, an online log-sum-exp and a
 target-logit gather; any of these elementwise items over a column range (``cols:``, the rules'
-module doc). Not derived (a located error suggesting a hand-written ``backward:``):
-forward host steps, prepass statistics, repeated row vectors, a kernel storing the A
-operands of two GEMMs, an incoming gradient of a swiglu / geglu input (the packed epilogue reads
-one tile), and ops without a rule.
+module doc); an input or weight read by several GEMMs (its gradients summed; two kernels running
+the same GEMM, a post-norm's statistic pass and its scaled pass, share one dgrad and wgrad).
+Not derived (a located error suggesting a hand-written ``backward:``): forward host steps,
+prepass statistics, repeated row vectors, a kernel storing the A operands of two GEMMs, an
+incoming gradient of a swiglu / geglu input (the packed epilogue reads one tile), and ops
+without a rule.
 """
 
 from __future__ import annotations

@@ -17,6 +17,12 @@ CODA's rules, applied to every forward kernel ``p`` in reverse order:
   reads its inputs (v = x r gamma, act = silu(g) u).
 - **Vector gradients** (dgamma, dbeta) are column reductions in the epilogue that holds the
   product's other operand, finalized by a sum.
+- **An operand read by several GEMMs** gets one gradient, their sum: a chain input read as A
+  (or as a residual tile) by several kernels, a weight shared by several. The first backward
+  GEMM stores a partial, the last adds to it in place (``add_to``). Two kernels running the same
+  GEMM (a post-norm in two passes: a kernel reducing ``sumsq`` of acc, then the kernel its
+  statistic scales) share one dgrad and one wgrad: the later kernel's d(acc) waits
+  (``twins``) and the earlier kernel's backward adds its own d(acc) to it in place.
 
 Gradients are kept as lazy sums of terms (a value of the step, or a tensor in memory) so that a
 sum ending in a store becomes ``add_to`` of the one tensor term, as in the hand-written specs.
@@ -54,6 +60,8 @@ class State:
     lnparts: dict = field(default_factory=dict)  # LayerNorm host -> {kind: row-sum partial}
     lndone: dict = field(default_factory=dict)  # LayerNorm host -> {kind: finalized mean}
     vectors: dict = field(default_factory=dict)  # (weight, vector) -> the finalized W @ v
+    twins: dict = field(default_factory=dict)  # (A, W, W.T?) -> kernel whose dgrad/wgrad wait
+    wparts: dict = field(default_factory=dict)  # weight -> its partial gradient in memory
 
 
 class Derivation:
@@ -178,6 +186,7 @@ class Derivation:
             tensors=st.tensors,
             lnparts=st.lnparts,
             lndone=st.lndone,
+            twins=st.twins,
         )
 
     # ---- the schedule --------------------------------------------------------------------
@@ -185,6 +194,7 @@ class Derivation:
     def run(self) -> list:
         for p in reversed(self.kernels):
             self.kernel_backward(p)
+        _flush(self)
         return _short_names(_fold_copies(self.steps, set(self.st.grads)))
 
     def live(self, p: FKernel) -> bool:
@@ -330,10 +340,37 @@ class Derivation:
         ]
 
     def input_dgrad(self, p: FKernel) -> None:
-        """p's A operand is a chain input: its dgrad (if it needs a gradient) and p's wgrad."""
+        """p's A operand is a chain input: its dgrad (if it needs a gradient) and p's wgrad.
+
+        When an earlier forward kernel runs the same GEMM (the same A and weight: a statistic
+        kernel and the kernel it scales, as a post-norm's two passes are), p's d(acc) waits in
+        ``twins``: that kernel's backward adds its own d(acc) to it (``finish._store_acc``), so
+        one dgrad and one wgrad take the sum (``d(A) = (dacc_1 + dacc_2) W``)."""
+        key = (p.a, p.w, p.w_t)
+        twin = self.st.twins.pop(key, None)
+        if twin is not None and p.index not in self.st.dacc:  # p gave its GEMM no gradient
+            self.st.dacc[p.index] = self.st.dacc[twin]
+        if p.index not in self.st.dacc:
+            return
+        if any(q.index < p.index and (q.a, q.w, q.w_t) == key for q in self.kernels):
+            self.st.twins[key] = p.index
+            self.st.readers.pop(self.st.dacc[p.index][0], None)  # (added to in place there)
+            return
+        self.gemm_grads(p)
+
+    def gemm_grads(self, p: FKernel) -> None:
+        """p's dgrad into its chain-input A operand and p's wgrad. When an earlier forward
+        kernel reads that A too (:func:`_read_before`), whose backward comes later, the dgrad
+        stores a partial (``pending``) that the last contribution finishes with ``add_to``."""
         if self.needs(None, p.a):
             step = StepBuilder.dgrad(self.view(), p, None)
-            step.finish_tensor(p.a, step.seed_of_a(p))
+            seed = step.seed_of_a(p)
+            if _read_before(self.kernels, p):
+                name = step.store_tensor(seed + self.st.pending.pop(p.a, []), f"d{p.a}")
+                self.st.pending[p.a] = [Term(name, "load_tile")]
+                self.st.uses[p.a] -= 1
+            else:
+                step.finish_tensor(p.a, seed)
             self.steps.append(step.done())
             self.after_step()
         self.st.wgrad_a.setdefault(p.index, p.a)
@@ -403,7 +440,14 @@ class Derivation:
             return
         dacc, _ = self.st.dacc[j.index]
         a = self.st.wgrad_a[j.index]
-        name = self.output_name(j.w)
+        prev = self.st.wparts.pop(j.w, None)  # an earlier wgrad's partial of the same weight
+        if any(q.index < j.index and q.w == j.w for q in self.kernels):
+            name = self.fresh(f"d{j.w}_part")  # an earlier forward kernel's wgrad adds to it
+            self.st.wparts[j.w] = name
+            self.st.tensors.add(name)
+        else:
+            name = self.output_name(j.w)
+            self.st.outputs[name] = self.spec.tensor(j.w).dtype
         gemm = {"a": f"{dacc}.T", "b": a} if j.w_t else {"a": f"{a}.T", "b": dacc}
         step = BStep(
             "kernel",
@@ -411,11 +455,53 @@ class Derivation:
             [("gemm", gemm)],
             note=f"d{j.w} = d(acc)^T {a}" if j.w_t else f"d{j.w} = {a}^T d(acc)",
         )
-        step.items.append(Item([("store", "acc"), ("to", name)]))
+        step.items.append(
+            Item([("store", "acc"), ("to", name)] + ([("add_to", prev)] if prev else []))
+        )
         self.steps.append(step)
-        self.st.outputs[name] = self.spec.tensor(j.w).dtype
         for t in (dacc, a):
             self.st.readers.get(t, set()).discard(("wgrad", j.index))
+
+
+def _flush(d: Derivation) -> None:
+    """What waited for a kernel that turned out to have no gradient to give: a deferred twin's
+    dgrad and wgrad (``Derivation.input_dgrad``), an input's or a weight's partial gradient
+    (stored under its name by a copy that ``_fold_copies`` folds into the step that wrote the
+    partial)."""
+    st = d.st
+    for key, index in list(st.twins.items()):
+        del st.twins[key]
+        d.gemm_grads(next(k for k in d.kernels if k.index == index))
+    for tensor in [t for t, g in st.pending.items() if g and _an_input(d, t)]:
+        terms = st.pending[tensor]
+        over = next((t.name for t in terms if t.load == "load_tile"), terms[0].name)
+        note = f"{tensor}'s gradient, summed over the GEMMs that read it"
+        step = StepBuilder(
+            d.view(), BStep("host", d.fresh(f"{tensor}_grad"), [("over", over)], note=note)
+        )
+        step.finish_tensor(tensor, [])
+        d.steps.append(step.done())
+    for w, part in list(st.wparts.items()):
+        del st.wparts[w]
+        name = d.output_name(w)
+        step = BStep("host", d.fresh(f"{w}_grad"), [("over", part)])
+        step.items += [Item([("load_tile", part)]), Item([("store", part), ("to", name)])]
+        d.steps.append(step)
+        st.outputs[name] = d.spec.tensor(w).dtype
+
+
+def _an_input(d: Derivation, tensor: str) -> bool:
+    """A chain input that gets a gradient (not a tensor some forward step writes)."""
+    known = tensor in d.wrt and d.spec.tensor(tensor) is not None
+    return known and d.producer(tensor) is None
+
+
+def _read_before(kernels, p: FKernel) -> bool:
+    """An earlier forward kernel reads p's A operand too (as its A, or a tile it loads)."""
+    return any(
+        q.index < p.index and (q.a == p.a or any(op.get("load_tile") == p.a for op in q.items))
+        for q in kernels
+    )
 
 
 def _copy_state(st: State) -> State:
@@ -437,6 +523,8 @@ def _copy_state(st: State) -> State:
         {k: dict(v) for k, v in st.lnparts.items()},
         {k: dict(v) for k, v in st.lndone.items()},
         dict(st.vectors),
+        dict(st.twins),
+        dict(st.wparts),
     )
 
 
@@ -489,6 +577,7 @@ def _fold_copies(steps, fixed: set) -> list:
             and len(fields) == 2
             and fields[0][0][0] == "load_tile"
             and fields[1][0] == ("store", fields[0][0][1])
+            and len(fields[1]) == 2  # (a store with add_to is a sum, not a copy)
             and fields[0][0][1] not in fixed
         ):
             _rename(out, fields[0][0][1], dict(fields[1])["to"])

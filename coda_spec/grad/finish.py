@@ -16,12 +16,20 @@ from coda_spec.grad.records import LOADS, Item, Term
 def finish_inputs_of(step, p: FKernel) -> None:
     """Store what p's epilogue gave the tensors it loads, then p's own d(acc)."""
     later = []
+    # a d(acc) that is an incoming gradient as it is (aliased, not stored again) is read by the
+    # dgrad after this step: an input's gradient finished first is never added into it in place
+    # (held as the GEMM's operands are, which store_tensor never accumulates into)
+    g = step.acc_grad or []
+    alias = len(g) == 1 and g[0] == Term(g[0].name, "load_tile")
+    held = {g[0].name} - step.gemm_operands if alias else set()
+    step.gemm_operands |= held
     for tensor, g in step.contrib.items():
         step.d.uses[tensor] -= 1
         if step.d.producer(tensor) is None and step.d.uses[tensor] == 0:
             finish_tensor(step, tensor, g)
         else:
             later.append((tensor, g))
+    step.gemm_operands -= held
     _store_acc(step, p)
     for tensor, g in later:
         mine, g = in_memory(step.inplace, g)  # (d(acc) stored into an incoming gradient in place)
@@ -39,7 +47,7 @@ def _store_acc(step, p: FKernel) -> None:
     if step.acc_grad:
         scaled = step.scaled
         base = p.row_scale.results[0] if p.row_scale is not None else _acc_value(step, p)
-        name = step.store_tensor(step.acc_grad, f"d{base}")
+        name = step.store_tensor(step.acc_grad + _twin(step, p), f"d{base}")
         step.d.dacc[p.index] = (name, scaled)
         readers = set()
         if step.d.needs(None, p.a):
@@ -50,6 +58,18 @@ def _store_acc(step, p: FKernel) -> None:
         if scaled or p.row_scale is None and step.d.producer(p.a) is None:
             step.d.wgrad_a[p.index] = p.a
             step.d.save.add(p.a)
+
+
+def _twin(step, p: FKernel) -> list:
+    """The d(acc) of a later kernel running p's GEMM (``Derivation.input_dgrad``), waiting to
+    be summed with p's own: its one tile term, or none. Only a true d(acc) is summed (p's A a
+    chain input, so a deferred row scale is already applied)."""
+    key = (p.a, p.w, p.w_t)
+    index = step.d.twins.get(key)
+    if index is None or index == p.index or not (step.scaled or p.row_scale is None):
+        return []
+    del step.d.twins[key]
+    return [Term(step.d.dacc[index][0], "load_tile")]
 
 
 def _acc_value(step, p: FKernel) -> str:

@@ -85,3 +85,4 @@ class DerivationView:
     tensors: set
     lnparts: dict
     lndone: dict
+    twins: dict
