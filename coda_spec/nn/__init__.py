@@ -10,6 +10,8 @@
   transformers' names and layouts (``coda_spec.nn.layout``).
 * :func:`apply_to_hf_llama` (``coda_spec.nn.hf``): the same chains patched into an existing
   transformers ``LlamaForCausalLM`` (what ``apply_to_hf`` runs for a Llama).
+* :class:`Olmo2ForCausalLM` / :func:`apply_to_hf_olmo2` (``coda_spec.nn.olmo2``): OLMo-2, its
+  GEMMs in ``specs/olmo2_*.yaml`` and the Llama's LM head, its post-norms and QK-norm in torch.
 * ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
   as transformers makes them) or refused.
 """
@@ -17,13 +19,16 @@
 from coda_spec.nn.families import FAMILIES, apply_to_hf, from_hf
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
+from coda_spec.nn.olmo2 import Olmo2ForCausalLM, apply_to_hf_olmo2
 
 __all__ = [
     "FAMILIES",
     "LlamaConfig",
     "LlamaForCausalLM",
     "LlamaShape",
+    "Olmo2ForCausalLM",
     "apply_to_hf",
     "apply_to_hf_llama",
+    "apply_to_hf_olmo2",
     "from_hf",
 ]

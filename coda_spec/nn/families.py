@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaForCausalLM
+from coda_spec.nn.olmo2 import Olmo2ForCausalLM, apply_to_hf_olmo2
 from coda_spec.runtime import CodaRuntimeError
 
 
@@ -44,6 +45,8 @@ class Family:
 FAMILIES = (
     Family("llama", "LlamaForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
     Family("mistral", "MistralForCausalLM", LlamaForCausalLM, apply_to_hf_llama),
+    # OLMo-2: chains of its own (specs/olmo2_*.yaml), its post-norms and QK-norm in torch
+    Family("olmo2", "Olmo2ForCausalLM", Olmo2ForCausalLM, apply_to_hf_olmo2),
 )
 
 

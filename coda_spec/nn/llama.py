@@ -285,17 +285,19 @@ def chain_ops(
     recompute: bool = False,
     names: dict | None = None,
     command: str | None = None,
+    roles: tuple = CHAINS,
 ) -> dict:
     """The chains' ops at ``shape``'s dims, keyed by role (``CHAINS``): ``builds`` is a
     build root (their ``-latest`` builds) or ``{chain name: build directory or Chain}``.
     ``recompute``: the layer and last roles are served by ``RECOMPUTE``'s chains (looked up under
     their own names). ``names``: ``{role: chain name}`` for a family whose chains differ from the
     Llama's (every role it names is served by that chain; roles it omits keep the Llama's), with
-    ``command`` the ``coda build`` that makes them (for the message). Loads and re-sizes;
-    compiles nothing."""
+    ``command`` the ``coda build`` that makes them (for the message). ``roles``: the roles to
+    load (a family whose layers split into other chains names its own; default the Llama's).
+    Loads and re-sizes; compiles nothing."""
     command = command or build_command(recompute)
     got = {}
-    for role in CHAINS:
+    for role in roles:
         name = RECOMPUTE.get(role, role) if recompute else role
         name = (names or {}).get(role, name)
         where = (
