@@ -33,7 +33,7 @@ from tests import test_nn_llama as tl  # noqa: E402
 
 
 def config(tied: bool = False, **over) -> Olmo2Config:
-    shape = {**tl.TINY, "rms_norm_eps": 1e-6, "rope_theta": 500000.0, **over}
+    shape = {**tl.TINY, "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "eos_token_id": 2, **over}
     return Olmo2Config(**shape, tie_word_embeddings=tied, attn_implementation="sdpa")
 
 

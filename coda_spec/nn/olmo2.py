@@ -324,9 +324,7 @@ def apply_to_hf_olmo2(model, builds="build", tuned=None, lm_head_chunk_rows=None
             named = dict(m.layers[i].named_parameters())
             return fn(fused_layer(named.__getitem__))
 
-        return olmo2_loss(
-            chains, shape, root, within, input_ids, labels, inv_freq, rows, **call_kw
-        )
+        return olmo2_loss(chains, shape, root, within, input_ids, labels, inv_freq, rows, **call_kw)
 
     drop_in(model, loss)
     model.coda_chains = chains
