@@ -98,7 +98,7 @@ def test_a_family_is_one_entry():
     and its patch."""
     kinds = [f.model_type for f in coda_spec.nn.FAMILIES]
     assert kinds[:2] == ["llama", "mistral"] and len(set(kinds)) == len(kinds)
-    assert {"gemma3_text", "qwen2", "qwen3"} <= set(kinds)
+    assert {"gemma3_text", "qwen2", "qwen3", "olmo2"} <= set(kinds)
     for fam in coda_spec.nn.FAMILIES:
         assert callable(fam.model.from_hf) and callable(fam.apply)
 

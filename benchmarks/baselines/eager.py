@@ -185,6 +185,19 @@ def _eager_gemma3_mlp(t, sizes):
     return {"z": z, "act": act, "d": act @ t["w_down"].T}
 
 
+def _eager_olmo2_qkv(t, sizes):
+    return {"z": t["x"] @ t["w_qkv"].T}
+
+
+def _eager_olmo2_attn_out(t, sizes):
+    return {"o": t["y"] @ t["w_o"].T}
+
+
+def _eager_olmo2_mlp(t, sizes):
+    z1 = t["x1"] @ t["w_gu"].T
+    return {"z1": z1, "d": _swiglu_pairs(z1) @ t["w_down"].T}
+
+
 def _eager_llama3_lm_head(t, sizes):
     """The LM head and the weighted cross-entropy as unfused code has them: the logits written,
     the loss on their fp32 upcast (as HF computes it), its gradients by autograd (the saved
@@ -281,6 +294,9 @@ EAGER = MappingProxyType(
         ),
         "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
         "gemma3_mlp": Impl(_eager_gemma3_mlp),
+        "olmo2_attn_out": Impl(_eager_olmo2_attn_out),
+        "olmo2_mlp": Impl(_eager_olmo2_mlp),
+        "olmo2_qkv": Impl(_eager_olmo2_qkv),
         "qwen2_first": Impl(_eager_qwen2_first, rope_tables, _EAGER_ROPE_NOTE),
         "qwen2_last_mlp": Impl(_eager_qwen2_last_mlp),
         "qwen2_layer": Impl(_eager_qwen2_layer, rope_tables, _EAGER_ROPE_NOTE),

@@ -17,6 +17,8 @@
   Llama's decoder with QKV biases, through its own chains (``specs/qwen2_*.yaml``).
 * :class:`Qwen3ForCausalLM` / :func:`apply_to_hf_qwen3` (``coda_spec.nn.qwen3``): Qwen3 from
   ``specs/qwen3_*.yaml``, its per-head q/k norm and rotate-half RoPE in torch.
+* :class:`Olmo2ForCausalLM` / :func:`apply_to_hf_olmo2` (``coda_spec.nn.olmo2``): OLMo-2, its
+  GEMMs in ``specs/olmo2_*.yaml`` and the Llama's LM head, its post-norms and QK-norm in torch.
 * ``coda_spec.nn.call``: what a call takes, each argument honoured (padding and packing masks
   as transformers makes them) or refused.
 """
@@ -25,6 +27,7 @@ from coda_spec.nn.families import FAMILIES, apply_to_hf, from_hf
 from coda_spec.nn.gemma3 import Gemma3ForCausalLM, apply_to_hf_gemma3
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaConfig, LlamaForCausalLM, LlamaShape
+from coda_spec.nn.olmo2 import Olmo2ForCausalLM, apply_to_hf_olmo2
 from coda_spec.nn.qwen2 import Qwen2ForCausalLM, apply_to_hf_qwen2
 from coda_spec.nn.qwen3 import Qwen3ForCausalLM, apply_to_hf_qwen3
 
@@ -36,10 +39,12 @@ __all__ = [
     "LlamaShape",
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
+    "Olmo2ForCausalLM",
     "apply_to_hf",
     "apply_to_hf_gemma3",
     "apply_to_hf_llama",
     "apply_to_hf_qwen2",
     "apply_to_hf_qwen3",
+    "apply_to_hf_olmo2",
     "from_hf",
 ]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from coda_spec.nn.gemma3 import MULTIMODAL, Gemma3ForCausalLM, apply_to_hf_gemma3
 from coda_spec.nn.hf import apply_to_hf_llama
 from coda_spec.nn.llama import LlamaForCausalLM
+from coda_spec.nn.olmo2 import Olmo2ForCausalLM, apply_to_hf_olmo2
 from coda_spec.nn.qwen2 import Qwen2ForCausalLM, apply_to_hf_qwen2
 from coda_spec.nn.qwen3 import Qwen3ForCausalLM, apply_to_hf_qwen3
 from coda_spec.runtime import CodaRuntimeError
@@ -52,6 +53,8 @@ FAMILIES = (
     Family("qwen2", "Qwen2ForCausalLM", Qwen2ForCausalLM, apply_to_hf_qwen2),
     # Qwen3: the per-head q/k RMSNorm and rotate-half RoPE in torch between its chains and SDPA
     Family("qwen3", "Qwen3ForCausalLM", Qwen3ForCausalLM, apply_to_hf_qwen3),
+    # OLMo-2: chains of its own (specs/olmo2_*.yaml), its post-norms and QK-norm in torch
+    Family("olmo2", "Olmo2ForCausalLM", Olmo2ForCausalLM, apply_to_hf_olmo2),
 )
 
 # model types refused with a reason of their own (a model of a served family that coda_spec.nn
