@@ -102,6 +102,11 @@ class Derivation:
     def producer(self, tensor: str) -> FKernel | None:
         return next((k for k in self.kernels if k.stored_value(tensor) is not None), None)
 
+    def twinned(self, p: FKernel) -> bool:
+        """Another forward kernel runs p's GEMM (a post-norm's statistic and scaled passes)."""
+        key = (p.a, p.w, p.w_t)
+        return any(q.index != p.index and (q.a, q.w, q.w_t) == key for q in self.kernels)
+
     def consumers(self, p: FKernel) -> list:
         stored = {t for _, t in p.stores}
         return [j for j in self.kernels if j.index > p.index and j.a in stored]
@@ -168,6 +173,7 @@ class Derivation:
             source_of=self.source_of,
             needs=self.needs,
             producer=self.producer,
+            twinned=self.twinned,
             ln_of=self.ln_of,
             weight_vector=self.weight_vector,
             output_name=self.output_name,
@@ -230,6 +236,8 @@ class Derivation:
                 )
         placements = []
         cons = self.consumers(p)
+        if len({(j.a, j.w, j.w_t) for j in cons}) == 1:  # one GEMM run by several kernels
+            cons = cons[:1]  # (a post-norm's two passes): the first's dgrad takes the sum
         if len(cons) > 1:
             raise Unsupported(
                 f"kernel '{p.name}' stores the A operands of {len(cons)} GEMMs "
@@ -330,7 +338,9 @@ class Derivation:
         self.after_step()
         if how == "dgrad":
             self.wgrad(j)
-        if p.a not in {t for k in self.kernels for _, t in k.stores} and self.needs(p.index, "acc"):
+        if p.a in {t for k in self.kernels for _, t in k.stores}:
+            self._await_twin(p)  # p's dgrad is its A's producer's placement
+        elif self.needs(p.index, "acc"):
             self.input_dgrad(p)
 
     def _seed_tiles(self, p):
@@ -346,17 +356,24 @@ class Derivation:
         kernel and the kernel it scales, as a post-norm's two passes are), p's d(acc) waits in
         ``twins``: that kernel's backward adds its own d(acc) to it (``finish._store_acc``), so
         one dgrad and one wgrad take the sum (``d(A) = (dacc_1 + dacc_2) W``)."""
+        if not self._await_twin(p):
+            self.gemm_grads(p)
+
+    def _await_twin(self, p: FKernel) -> bool:
+        """Whether p's d(acc) waits for (or is) an earlier kernel's running the same GEMM
+        (:meth:`input_dgrad`); p's A a chain input or a forward kernel's output, whose
+        producer's backward then runs in the first kernel's dgrad (:meth:`kernel_backward`)."""
         key = (p.a, p.w, p.w_t)
         twin = self.st.twins.pop(key, None)
         if twin is not None and p.index not in self.st.dacc:  # p gave its GEMM no gradient
             self.st.dacc[p.index] = self.st.dacc[twin]
         if p.index not in self.st.dacc:
-            return
+            return True
         if any(q.index < p.index and (q.a, q.w, q.w_t) == key for q in self.kernels):
             self.st.twins[key] = p.index
             self.st.readers.pop(self.st.dacc[p.index][0], None)  # (added to in place there)
-            return
-        self.gemm_grads(p)
+            return True
+        return False
 
     def gemm_grads(self, p: FKernel) -> None:
         """p's dgrad into its chain-input A operand and p's wgrad. When an earlier forward
