@@ -443,6 +443,24 @@ def test_a_post_norm_over_two_passes_of_one_gemm_derives(tmp_path):
     assert "d_act_2" not in back and "add_to: ddn_r}" in back, back
 
 
+def test_a_gemma_prologue_and_a_post_norm_over_a_produced_operand_derive(tmp_path):
+    """specs/gemma3_ffn.yaml: a prologue norm scaling by ``1 + g`` (``add: [g, 1.0]``), and a
+    two-pass post-norm whose A operand (act) a forward kernel produces. Before: the prologue
+    was refused ("a forward host step is derived only when ..."; an ``add`` was not a prologue
+    item); with it allowed, gate_up_geglu was refused ("stores the A operands of 2 GEMMs");
+    with the two passes taken as one consumer, the proof failed (rel_err 0.74 on d_w_down):
+    the scaled pass's d(acc) was stored without its row scale (deferred, as for one consumer)
+    and summed with the statistic pass's as if scaled. Now it is scaled in place there, and
+    one dgrad of the summed d(acc) runs dGeGLU in its epilogue."""
+    text = without_backward((ROOT / "specs/gemma3_ffn.yaml").read_text())
+    code, out = _run(tmp_path, text)
+    assert code == 0  # derived, checked and proven in fp64
+    back = out.read_text().split("\nbackward:", 1)[1]
+    assert back.count("- kernel:") == 6, back  # two down re-runs, 2 dgrads, 2 wgrads
+    assert back.count("dgeglu") == 1 and back.count("to: d_w_down}") == 1, back
+    assert "{mul: [ddn, r2], as: ddn_r}" in back, back  # the scaled pass's d(acc), scaled in place
+
+
 def test_an_input_or_weight_read_by_several_gemms_sums_its_gradients(tmp_path):
     """x is k0's residual tile and the A operand of k1 and k2; w2 is the weight of k2 and k3.
     Each GEMM wrote its own gradient of them (d_x, d_x_2, d_x_3; d_w2, d_w2_2), none the sum;

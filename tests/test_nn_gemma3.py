@@ -1,6 +1,7 @@
 """Gemma-3 (text only) through ``coda_spec.nn``: transformers' ``Gemma3ForCausalLM`` served by
-``coda_spec.nn.gemma3`` (its MLP in ``specs/gemma3_mlp.yaml``, its LM head in the Llama's
-``specs/llama3_lm_head.yaml``, its sandwich norms, QK-norm and RoPE in torch).
+``coda_spec.nn.gemma3`` (its feed-forward block, both its norms and the residual add included,
+in ``specs/gemma3_ffn.yaml``, its LM head in the Llama's ``specs/llama3_lm_head.yaml``; the
+input and post-attention norms, QK-norm and RoPE in torch).
 
 A tiny Gemma-3 (3 layers: sliding, full, sliding; hidden 256, 4 query and 2 KV heads of 64,
 intermediate 512, vocab 1024, a window of 8 tokens, RoPE bases 10^4 and 10^6,

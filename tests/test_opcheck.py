@@ -30,6 +30,7 @@ from tests.conftest import ROOT
 
 SPECS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
 BACKWARD = {  # the specs with a backward section: coda::<name>_backward
+    "gemma3_ffn",
     "gemma3_mlp",
     "llama3_first",
     "llama3_last",

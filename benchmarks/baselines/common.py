@@ -9,6 +9,7 @@ import torch.nn.functional as F
 EPS = 1e-6  # the catalogue norms' epsilon
 LLAMA3_EPS = 1e-5  # Llama-3's rms_norm_eps (the llama3_* specs)
 QWEN_EPS = 1e-6  # Qwen2(.5) and Qwen3 checkpoints' rms_norm_eps (the qwen2_*, qwen3_* specs)
+GEMMA_EPS = 1e-6  # Gemma-3 checkpoints' rms_norm_eps (specs/gemma3_ffn.yaml)
 IGNORE = -100  # the catalogue's ignore_index
 
 

@@ -12,7 +12,18 @@ import torch.nn.functional as F
 from coda_spec.bench.baselines import Impl
 from coda_spec.bench.baselines import grad_leaf as _grad_leaf
 
-from .common import EPS, IGNORE, LLAMA3_EPS, QWEN_EPS, rms, rope, rope_tables, rstd, upcast
+from .common import (
+    EPS,
+    GEMMA_EPS,
+    IGNORE,
+    LLAMA3_EPS,
+    QWEN_EPS,
+    rms,
+    rope,
+    rope_tables,
+    rstd,
+    upcast,
+)
 
 
 def _eager_f1(t, sizes):
@@ -198,6 +209,17 @@ def _eager_olmo2_mlp(t, sizes):
     return {"z1": z1, "d": _swiglu_pairs(z1) @ t["w_down"].T}
 
 
+def _eager_gemma3_ffn(t, sizes):
+    """Gemma-3's feed-forward block: the pre-feedforward norm, the GeGLU MLP, the
+    post-feedforward norm and the residual add (norms scale by ``1 + g``)."""
+    d = (sizes["D"],)
+    hn = F.rms_norm(t["x1"], d, 1.0 + t["g_pre"], GEMMA_EPS)
+    z = hn @ t["w_gu"].T
+    act = F.gelu(z[:, 0::2], approximate="tanh") * z[:, 1::2]
+    x2 = t["x1"] + F.rms_norm(act @ t["w_down"].T, d, 1.0 + t["g_post"], GEMMA_EPS)
+    return {"z": z, "act": act, "x2": x2}
+
+
 def _eager_llama3_lm_head(t, sizes):
     """The LM head and the weighted cross-entropy as unfused code has them: the logits written,
     the loss on their fp32 upcast (as HF computes it), its gradients by autograd (the saved
@@ -293,6 +315,7 @@ EAGER = MappingProxyType(
             _eager_llama3_layer_recompute, rope_tables, _EAGER_ROPE_NOTE
         ),
         "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
+        "gemma3_ffn": Impl(_eager_gemma3_ffn),
         "gemma3_mlp": Impl(_eager_gemma3_mlp),
         "olmo2_attn_out": Impl(_eager_olmo2_attn_out),
         "olmo2_mlp": Impl(_eager_olmo2_mlp),

@@ -33,6 +33,7 @@ forward item.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from coda_spec.grad.facts import FKernel, Unsupported
 from coda_spec.grad.records import BStep, DerivationView, Item, Term, Unavailable
@@ -168,6 +169,7 @@ class Derivation:
             source_of=self.source_of,
             needs=self.needs,
             producer=self.producer,
+            twinned=partial(_twinned, self.kernels),
             ln_of=self.ln_of,
             weight_vector=self.weight_vector,
             output_name=self.output_name,
@@ -230,6 +232,8 @@ class Derivation:
                 )
         placements = []
         cons = self.consumers(p)
+        if len({(j.a, j.w, j.w_t) for j in cons}) == 1:  # one GEMM run by several kernels
+            cons = cons[:1]  # (a post-norm's two passes): the first's dgrad takes the sum
         if len(cons) > 1:
             raise Unsupported(
                 f"kernel '{p.name}' stores the A operands of {len(cons)} GEMMs "
@@ -330,7 +334,9 @@ class Derivation:
         self.after_step()
         if how == "dgrad":
             self.wgrad(j)
-        if p.a not in {t for k in self.kernels for _, t in k.stores} and self.needs(p.index, "acc"):
+        if p.a in {t for k in self.kernels for _, t in k.stores}:
+            _await_twin(self, p)  # p's dgrad is its A's producer's placement
+        elif self.needs(p.index, "acc"):
             self.input_dgrad(p)
 
     def _seed_tiles(self, p):
@@ -346,17 +352,8 @@ class Derivation:
         kernel and the kernel it scales, as a post-norm's two passes are), p's d(acc) waits in
         ``twins``: that kernel's backward adds its own d(acc) to it (``finish._store_acc``), so
         one dgrad and one wgrad take the sum (``d(A) = (dacc_1 + dacc_2) W``)."""
-        key = (p.a, p.w, p.w_t)
-        twin = self.st.twins.pop(key, None)
-        if twin is not None and p.index not in self.st.dacc:  # p gave its GEMM no gradient
-            self.st.dacc[p.index] = self.st.dacc[twin]
-        if p.index not in self.st.dacc:
-            return
-        if any(q.index < p.index and (q.a, q.w, q.w_t) == key for q in self.kernels):
-            self.st.twins[key] = p.index
-            self.st.readers.pop(self.st.dacc[p.index][0], None)  # (added to in place there)
-            return
-        self.gemm_grads(p)
+        if not _await_twin(self, p):
+            self.gemm_grads(p)
 
     def gemm_grads(self, p: FKernel) -> None:
         """p's dgrad into its chain-input A operand and p's wgrad. When an earlier forward
@@ -461,6 +458,29 @@ class Derivation:
         self.steps.append(step)
         for t in (dacc, a):
             self.st.readers.get(t, set()).discard(("wgrad", j.index))
+
+
+def _await_twin(d: Derivation, p: FKernel) -> bool:
+    """Whether p's d(acc) waits for (or is) an earlier kernel's running the same GEMM
+    (``Derivation.input_dgrad``); p's A a chain input or a forward kernel's output, whose
+    producer's backward then runs in the first kernel's dgrad (``Derivation.kernel_backward``)."""
+    key = (p.a, p.w, p.w_t)
+    twin = d.st.twins.pop(key, None)
+    if twin is not None and p.index not in d.st.dacc:  # p gave its GEMM no gradient
+        d.st.dacc[p.index] = d.st.dacc[twin]
+    if p.index not in d.st.dacc:
+        return True
+    if any(q.index < p.index and (q.a, q.w, q.w_t) == key for q in d.kernels):
+        d.st.twins[key] = p.index
+        d.st.readers.pop(d.st.dacc[p.index][0], None)  # (added to in place there)
+        return True
+    return False
+
+
+def _twinned(kernels, p: FKernel) -> bool:
+    """Another forward kernel runs p's GEMM (a post-norm's statistic and scaled passes)."""
+    key = (p.a, p.w, p.w_t)
+    return any(q.index != p.index and (q.a, q.w, q.w_t) == key for q in kernels)
 
 
 def _flush(d: Derivation) -> None:

@@ -108,7 +108,7 @@ def _fkernel(index: int, step: Kernel, info) -> FKernel:
 
 # what an RMSNorm prologue host step may hold (llama3_first's input_norm: h = x * gamma stored,
 # sum x^2 reduced): elementwise products of loads, and the statistic's reduction
-_PROLOGUE = {"load_tile", "load_row", "load_col", "mul", "store", "reduce_row"}
+_PROLOGUE = {"load_tile", "load_row", "load_col", "mul", "add", "store", "reduce_row"}
 
 
 def _norm_prologue(step: Host, spec) -> bool:

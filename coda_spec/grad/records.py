@@ -66,6 +66,7 @@ class DerivationView:
     source_of: Callable  # forward op -> its text, for comments
     needs: Callable  # (kernel index | None, value) -> a wrt input depends on it
     producer: Callable  # tensor -> the forward kernel that stores it, or None
+    twinned: Callable  # kernel -> another forward kernel runs its GEMM (same A, W)
     ln_of: Callable  # tensor -> the LayerNorm unit whose output it is, or None
     weight_vector: Callable  # (kernel, vector | None) -> the finalized W @ v
     output_name: Callable  # forward tensor -> the name of its produced gradient

@@ -96,7 +96,9 @@ def row_scale_backward(step, p: FKernel, op) -> None:
     step.d.zdz_left[r] -= 1
     if not step.d.needs(p.index, "acc"):
         return
-    scaled = p.a in step.d.keep or step.d.producer(p.a) is None
+    # scaled here: p's A is in memory, or another kernel runs p's GEMM (a post-norm's statistic
+    # pass), whose d(acc) is summed with p's as a true d(acc) (finish._twin)
+    scaled = p.a in step.d.keep or step.d.producer(p.a) is None or step.d.twinned(p)
     alias = len(gz) == 1 and gz[0].load == "load_tile" and gz[0].sign == 1
     g = gz if alias else [Term(dz)]
     if scaled:

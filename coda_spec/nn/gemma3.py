@@ -1,5 +1,6 @@
 """A Gemma-3 causal LM (text only: transformers' ``Gemma3ForCausalLM``, ``model_type ==
-"gemma3_text"``), its MLP and LM head in coda's chains, the rest of its glue in torch.
+"gemma3_text"``), its feed-forward block (both its sandwich norms, the GeGLU MLP, the residual
+add) and LM head in coda's chains, the rest of its glue in torch.
 
 Gemma-3's decoder differs from Llama's in its glue (``transformers.models.gemma3``):
 
@@ -25,20 +26,25 @@ The schedule, per layer (``causal_lm_loss``)::
         q, k = rope(norm_head(q), norm_head(k))            # torch, the layer type's table
         o = attention(q, k, v) @ w_o^T                     # SDPA, torch
         x = x + norm(o, post_attention_layernorm)          # torch
-        d = gemma3_mlp(norm(x, pre_feedforward_layernorm)) # chain: gate/up GEMM + GeGLU, down GEMM
-        x = x + norm(d, post_feedforward_layernorm)        # torch
+        x = gemma3_ffn(x, pre_ff, w_gu, w_down, post_ff)   # chain: x + norm(mlp(norm(x)))
     loss = llama3_lm_head(x, x * (1 + w_f), 1/rms(x), 1 + w_f, W_lm, target)   # chain
 
-**No fused form yet** (differentiable torch ops, named here and in docs/training.md): every
-RMSNorm (each layer's four and the per-head q/k norms), the residual adds, the embedding's
-scale, RoPE (transformers' rotate-half, on its own layout: no weight permutation), the QKV and
-out-projection GEMMs (``F.linear``) and attention (SDPA, as the Llama's). Why: each sandwich
-norm normalizes a GEMM's OUTPUT before the residual add, so the row it reduces is complete only
-after that GEMM; the norm and the add must run between two GEMMs, where a chain needs a host
-step, and ``coda grad`` derives no forward host step other than a LayerNorm; the per-head q/k
-norm is a prepass statistic it does not derive either (docs/grad.md, "Limits"). The chains
-that run are the ones whose backward is derived: ``specs/gemma3_mlp.yaml`` (GeGLU between the
-gate/up and down GEMMs; its input is the pre-feedforward norm's output) and the Llama's LM head
+``specs/gemma3_ffn.yaml`` takes the residual stream x1 after attention and returns the layer's
+output: the pre-feedforward norm as a prologue host step (``h = x1 (1 + g)``, ``sum x1^2``; its
+row scale deferred into the gate/up GEMM's epilogue, with GeGLU), the post-feedforward norm in
+two passes of the down GEMM (a ``sumsq`` of its output, then the GEMM again with
+``x2 = x1 + acc r (1 + g)``): a sandwich norm normalizes a GEMM's OUTPUT, complete only after
+that GEMM. Its backward is derived by ``coda grad``.
+
+**No fused form yet** (differentiable torch ops, named here and in docs/training.md): the input
+and post-attention norms and the per-head q/k norms, the attention block's residual add, the
+embedding's scale, RoPE (transformers' rotate-half, on its own layout: no weight permutation),
+the QKV and out-projection GEMMs (``F.linear``) and attention (SDPA, as the Llama's). The
+per-head q/k norm is a prepass statistic ``coda grad`` does not derive (docs/grad.md,
+"Limits"); the post-attention norm and the input norm could take the same forms as the
+feed-forward block's (a two-pass out-projection; a prologue) but have no chain yet. The
+chains that run are the ones whose backward is derived: ``specs/gemma3_ffn.yaml`` and the
+Llama's LM head
 ``specs/llama3_lm_head.yaml`` unchanged (Gemma's final norm is the Llama's with ``1 + w`` for
 gamma: given ``gamma_f = 1 + w``, the chain's dgamma_f is w's gradient; h2 and r2 are made in
 torch at ``rms_norm_eps``).
@@ -83,8 +89,8 @@ from coda_spec.nn.llama import (
 )
 from coda_spec.runtime import CodaRuntimeError
 
-# role -> chain: Gemma's MLP, and the Llama's LM head unchanged
-CHAINS = ("gemma3_mlp", "llama3_lm_head")
+# role -> chain: Gemma's feed-forward block, and the Llama's LM head unchanged
+CHAINS = ("gemma3_ffn", "llama3_lm_head")
 SLIDING, FULL = "sliding_attention", "full_attention"
 MULTIMODAL = (
     "model_type 'gemma3' is Gemma-3's multimodal model (Gemma3ForConditionalGeneration: a vision "
@@ -121,7 +127,7 @@ class Gemma3Shape:
 
     @property
     def dims(self) -> dict:
-        """The chains' static dims (``specs/gemma3_mlp.yaml``, ``specs/llama3_lm_head.yaml``)."""
+        """The chains' static dims (``specs/gemma3_ffn.yaml``, ``specs/llama3_lm_head.yaml``)."""
         return {"D": self.hidden, "F": self.inter, "V": self.vocab}
 
     @classmethod
@@ -328,9 +334,14 @@ def causal_lm_loss(
         qkv = torch.cat([q, k, v], dim=1).view(m, (h + 2 * kv) * hd)
         y = _attention(qkv, shape, b, s, masks[sliding], scale=shape.scaling)
         x = x + gemma_norm(F.linear(y, w["w_o"]), w["post_attn_norm"], eps)
-        hn = gemma_norm(x, w["pre_ff_norm"], eps)
-        d = chains["gemma3_mlp"](hn=hn, w_gu=w["w_gu"], w_down=w["w_down"])["d"]
-        return x + gemma_norm(d, w["post_ff_norm"], eps)
+        ffn = chains["gemma3_ffn"]
+        return ffn(
+            x1=x,
+            g_pre=w["pre_ff_norm"],
+            w_gu=w["w_gu"],
+            w_down=w["w_down"],
+            g_post=w["post_ff_norm"],
+        )["x2"]
 
     for i, sliding in enumerate(shape.sliding):
         x = within(i, lambda w, x=x, sliding=sliding: layer(w, x, sliding))
@@ -407,8 +418,8 @@ def to_hf_state_dict(sd: dict, shape: Gemma3Shape) -> dict:
 def _chains(shape: Gemma3Shape, builds, tuned, recompute) -> dict:
     if recompute:
         raise CodaRuntimeError(
-            "recompute=True: the coda Gemma-3 has no recompute chains; its MLP saves its "
-            "gate/up pre-activation (specs/gemma3_mlp.yaml): leave recompute=False"
+            "recompute=True: the coda Gemma-3 has no recompute chains; its feed-forward block "
+            "saves its gate/up pre-activation (specs/gemma3_ffn.yaml): leave recompute=False"
         )
     return chain_ops(shape, builds, tuned, command=build_command(), roles=CHAINS)
 
