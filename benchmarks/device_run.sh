@@ -52,7 +52,7 @@ catalogue-bench|9 min|coda bench of the staged builds, MODE (tuned/untuned) at W
 variants-tune|9 min|coda tune of multi-variant staged builds (VARIANTS_TUNE: spec names, default all), verify of every variant (VARIANTS_VERIFY), bench tuned (VARIANTS_BENCH) (formerly tune_catalogue.sh)
 b2-sweep|8 min|b2 under eight tile configs (build/sweep) vs compile and Liger, an Nsight Compute source profile (formerly b2_config_sweep.sh)
 b2-epilogue|9 min|b2's candidates (ROOT, build/explore) tuned, verified, benched; Nsight Compute of NCU_VARIANTS (formerly b2_epilogue.sh)
-families|9 min|coda verify of FAMILY_BUILDS (default every build/{qwen2,qwen3,gemma3,olmo2}_*-latest) at their spec dims, then train_step of FAMILY_SHAPES (the four 1B-class shapes) x FAMILY_MODES (coda,liger,hf,hf-compile-nomask), profiled, STEPS (10), one JSON (issue 35)
+families|9 min|benchmarks/family_parity.py (PARITY=0: skipped) of FAMILY_SHAPES at 2 layers, coda verify of FAMILY_BUILDS (default every build/{qwen2,qwen3,gemma3,olmo2}_*-latest) at their spec dims, then train_step of FAMILY_SHAPES (the four 1B-class shapes) x FAMILY_MODES (coda,liger,hf,hf-compile-nomask), profiled, STEPS (10), one JSON (issue 35)
 reasons|8 min|Nsight Compute of NCU_TARGETS beside cuBLAS, torch.profiler of PROF_TARGETS (formerly profile_reasons.sh)"
 
 # Recipes: what a past run did, as a command of this driver (the knobs above, no new phase).
@@ -450,12 +450,14 @@ phase_b2_epilogue() {
   [ -z "${NCU_VARIANTS:-}" ] || CODA_BUILD_ROOT=${ROOT:-build/explore} \
     CODA_VARIANTS="$NCU_VARIANTS" nsight b2 200 b2_dgrad_dswiglu:4096
 }
-phase_families() {  # issue 35: the other families' chains verified, then their steps
+phase_families() {  # issue 35: the families' GPU parity, their chains verified, their steps
+  local shapes=${FAMILY_SHAPES:-qwen2-1.5b-2x4096,qwen3-1.7b-2x4096,gemma3-1b-2x4096,olmo2-1b-2x4096}
+  [ "${PARITY:-1}" = 0 ] || run parity.log "${PARITY_S:-150}" python3 benchmarks/family_parity.py \
+    --shapes "${PARITY_SHAPES:-$shapes}" --layers 2 --out "$out/parity.json"
   # shellcheck disable=SC2046,SC2086
   run verify.log "${VERIFY_S:-150}" python3 -u -m coda_spec.cli verify \
     ${FAMILY_BUILDS:-$(ls -d build/{qwen2,qwen3,gemma3,olmo2}_*-latest 2>/dev/null)} \
     --seed "${SEED:-20261204}" --junit "$out/verify.junit.xml" ${VERIFY_ARGS:-}
-  local shapes=${FAMILY_SHAPES:-qwen2-1.5b-2x4096,qwen3-1.7b-2x4096,gemma3-1b-2x4096,olmo2-1b-2x4096}
   local s
   s=$(left 560)
   run step-families.log "$s" python3 benchmarks/train_step.py --shapes "$shapes" \

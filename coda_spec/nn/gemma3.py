@@ -36,7 +36,9 @@ two passes of the down GEMM (a ``sumsq`` of its output, then the GEMM again with
 ``x2 = x1 + acc r (1 + g)``): a sandwich norm normalizes a GEMM's OUTPUT, complete only after
 that GEMM. Its backward is derived by ``coda grad``.
 
-**No fused form yet** (differentiable torch ops, named here and in docs/training.md): the input
+**No fused form yet** (differentiable torch ops, named here and in docs/training.md; the
+norms, RoPE and the residual add compiled by ``torch.compile`` on the GPU,
+``coda_spec.nn.glue``: :func:`input_norm`, :func:`qk_norm_rope`, :func:`post_norm`): the input
 and post-attention norms and the per-head q/k norms, the attention block's residual add, the
 embedding's scale, RoPE (transformers' rotate-half, on its own layout: no weight permutation),
 the QKV and out-projection GEMMs (``F.linear``) and attention (SDPA, as the Llama's). The
@@ -75,6 +77,7 @@ import torch.nn.functional as F
 
 from coda_spec.nn import layout
 from coda_spec.nn.call import IGNORE_INDEX, checked
+from coda_spec.nn.glue import compiled
 from coda_spec.nn.hf import drop_in
 from coda_spec.nn.llama import (
     LlamaForCausalLM,
@@ -234,39 +237,6 @@ def _wide(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def gemma_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """``Gemma3RMSNorm``: ``x * rsqrt(mean(x^2) + eps) * (1 + w)`` over the last dim, in fp32
-    (:func:`_wide`), cast back to x's dtype (:class:`_GemmaNorm`)."""
-    return _GemmaNorm.apply(x, w, eps)
-
-
-class _GemmaNorm(torch.autograd.Function):
-    """:func:`gemma_norm` with a backward of its own: it saves ``x`` (in its dtype) and the row
-    scale ``r`` (fp32) and recomputes the normalized row, where autograd through the fp32 ops
-    would save two fp32 copies of the row (the upcast x and the normalized x) per norm, five
-    norms a layer. ``dx = r ((1 + w) dy - n mean((1 + w) dy n))``, ``dw = sum_rows(dy n)``,
-    ``n = x r``, in fp32 (fp64 in an fp64 model)."""
-
-    @staticmethod
-    def forward(ctx, x, w, eps):
-        wide = _wide(x)
-        xf = x.to(wide)
-        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x, w, r)
-        return (xf * r * (1.0 + w.to(wide))).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w, r = ctx.saved_tensors
-        wide = r.dtype
-        n = x.to(wide) * r
-        dyf = dy.to(wide)
-        dn = dyf * (1.0 + w.to(wide))
-        dx = r * (dn - n * (dn * n).mean(-1, keepdim=True))
-        dw = (dyf * n).reshape(-1, n.shape[-1]).sum(0)
-        return dx.to(x.dtype), dw.to(w.dtype), None
-
-
 def rope_freqs(shape: Gemma3Shape, device=None) -> dict:
     """``{layer type: inv_freq [HD/2]}``: transformers' fp32 frequencies, on ``device`` (made
     once: the model holds them as buffers, the patch per device)."""
@@ -289,6 +259,42 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+def _norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """``Gemma3RMSNorm``: ``x * rsqrt(mean(x^2) + eps) * (1 + w)`` over the last dim, in fp32
+    (:func:`_wide`), cast back to x's dtype; differentiable torch ops, which ``torch.compile``
+    fuses on the GPU (``coda_spec.nn.glue``: it saves x and the row scale, not fp32 copies of
+    the row)."""
+    xf = x.to(_wide(x))
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.to(xf.dtype))).to(
+        x.dtype
+    )
+
+
+@compiled
+def input_norm(x, w, eps: float) -> torch.Tensor:
+    """The input norm before the QKV projection (compiled on the GPU)."""
+    return _norm(x, w, eps)
+
+
+@compiled
+def qk_norm_rope(qkv, q_norm, k_norm, cos, sin, dims: tuple) -> torch.Tensor:
+    """q and k of ``qkv [M, (H + 2 KV) HD]`` each normalized per head (``(1 + w)``) and rotated
+    (rotate-half), v as it is; ``dims``: (H, KV, HD, eps). Compiled on the GPU."""
+    h, kv, hd, eps = dims
+    m = qkv.shape[0]
+    q, k, v = qkv.view(m, h + 2 * kv, hd).split([h, kv, kv], dim=1)
+    q = _rope(_norm(q, q_norm, eps), cos, sin)
+    k = _rope(_norm(k, k_norm, eps), cos, sin)
+    return torch.cat([q, k, v], dim=1).view(m, (h + 2 * kv) * hd)
+
+
+@compiled
+def post_norm(x, out, w, eps: float) -> torch.Tensor:
+    """``x + _norm(out, w)``: the post-attention norm and its residual add (compiled on
+    the GPU)."""
+    return x + _norm(out, w, eps)
 
 
 def causal_lm_loss(
@@ -326,14 +332,11 @@ def causal_lm_loss(
     }
 
     def layer(w: dict, x, sliding: bool):
-        qkv = F.linear(gemma_norm(x, w["input_norm"], eps), w["w_qkv"])
-        q, k, v = qkv.view(m, h + 2 * kv, hd).split([h, kv, kv], dim=1)
+        qkv = F.linear(input_norm(x, w["input_norm"], eps), w["w_qkv"])
         cos, sin = tables[sliding]
-        q = _rope(gemma_norm(q, w["q_norm"], eps), cos, sin)
-        k = _rope(gemma_norm(k, w["k_norm"], eps), cos, sin)
-        qkv = torch.cat([q, k, v], dim=1).view(m, (h + 2 * kv) * hd)
+        qkv = qk_norm_rope(qkv, w["q_norm"], w["k_norm"], cos, sin, (h, kv, hd, eps))
         y = _attention(qkv, shape, b, s, masks[sliding], scale=shape.scaling)
-        x = x + gemma_norm(F.linear(y, w["w_o"]), w["post_attn_norm"], eps)
+        x = post_norm(x, F.linear(y, w["w_o"]), w["post_attn_norm"], eps)
         ffn = chains["gemma3_ffn"]
         return ffn(
             x1=x,

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from coda_spec.nn import layout
 from coda_spec.nn.call import IGNORE_INDEX, checked
+from coda_spec.nn.glue import compiled
 from coda_spec.nn.hf import drop_in
 from coda_spec.nn.llama import (
     LlamaShape,
@@ -90,6 +91,24 @@ def rope_half(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: i
     return (h * cos[:, None] + rot * sin[:, None]).to(t.dtype).reshape(m, -1)
 
 
+@compiled
+def qk_norm_rope(z, q_norm, k_norm, cos, sin, dims: tuple) -> torch.Tensor:
+    """The QKV chain's ``z`` with q and k each RMS-normalized over its full width and rotated
+    (rotate-half), v as it is; ``dims``: (q width, k width, head_dim, eps). Compiled on the GPU
+    (``coda_spec.nn.glue``)."""
+    q_w, k_w, hd, eps = dims
+    q = rope_half(rms_norm(z[:, :q_w], q_norm, eps), cos, sin, hd)
+    k = rope_half(rms_norm(z[:, q_w : q_w + k_w], k_norm, eps), cos, sin, hd)
+    return torch.cat([q, k, z[:, q_w + k_w :]], dim=1)
+
+
+@compiled
+def post_norm(x, out, weight, eps: float) -> torch.Tensor:
+    """``x + rms_norm(out, weight)``: a block's post-norm and its residual add, compiled on the
+    GPU (``coda_spec.nn.glue``)."""
+    return x + rms_norm(out, weight, eps)
+
+
 def olmo2_loss(chains, shape, root, within, input_ids, labels, inv_freq, rows=None, **kw):
     """The loss of an OLMo-2 (the module docstring), the one forward both
     :class:`Olmo2ForCausalLM` and the transformers patch run. ``root``: the embedding,
@@ -110,14 +129,12 @@ def olmo2_loss(chains, shape, root, within, input_ids, labels, inv_freq, rows=No
 
     def layer(w: dict, x: torch.Tensor) -> torch.Tensor:
         z = chains["olmo2_qkv"](x=x, w_qkv=w["w_qkv"])["z"]
-        q = rope_half(rms_norm(z[:, :q_w], w["q_norm"], eps), cos, sin, hd)
-        k = rope_half(rms_norm(z[:, q_w : q_w + k_w], w["k_norm"], eps), cos, sin, hd)
-        qkv = torch.cat([q, k, z[:, q_w + k_w :]], dim=1)
+        qkv = qk_norm_rope(z, w["q_norm"], w["k_norm"], cos, sin, (q_w, k_w, hd, eps))
         y = _attention(qkv, shape, b, s, call.mask)
         o = chains["olmo2_attn_out"](y=y, w_o=w["w_o"])["o"]
-        x1 = x + rms_norm(o, w["post_attention_norm"], eps)
+        x1 = post_norm(x, o, w["post_attention_norm"], eps)
         d = chains["olmo2_mlp"](x1=x1, w_gu=w["w_gu"], w_down=w["w_down"])["d"]
-        return x1 + rms_norm(d, w["post_feedforward_norm"], eps)
+        return post_norm(x1, d, w["post_feedforward_norm"], eps)
 
     for i in range(shape.layers):
         x = within(i, lambda w, x=x: layer(w, x))

@@ -16,9 +16,10 @@ of its own (Qwen3-1.7B: 16 heads of 128 in a hidden size of 2048). Its chains
 * The chains hold Qwen3's eps (1e-6) and no RoPE: a QKV chain's ``qkv`` is the normalized input
   projected, in transformers' layout (``w_qkv`` is ``cat([q_proj, k_proj, v_proj])``, not
   permuted: no rotary pairs to make adjacent).
-* **No fused form yet** (torch, differentiable ops, :class:`QKNormRope`): the per-head q/k
-  RMSNorm and the rotate-half RoPE, between each QKV chain and attention (one read and write of
-  ``qkv`` in the forward, and autograd's in the backward). Their fused epilogue exists and is
+* **No fused form yet** (torch, differentiable ops, :class:`QKNormRope`; compiled by
+  ``torch.compile`` on the GPU, ``coda_spec.nn.glue``): the per-head q/k RMSNorm and the
+  rotate-half RoPE, between each QKV chain and attention (one read and write of ``qkv`` in the
+  forward, and one in the backward). Their fused epilogue exists and is
   verified on the H200 (``tests/specs_extra/qk_norm_rope_half.yaml``), but ``coda grad`` cannot
   derive it ("a prepass statistic (meansq per head_dim): its backward needs a per-group row dot
   of the incoming gradient before the same epilogue can use it"; rotate-half RoPE and repeated
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from coda_spec.nn import layout
+from coda_spec.nn.glue import compiled
 from coda_spec.nn.hf import patch
 from coda_spec.nn.llama import (
     CHAINS,
@@ -129,20 +131,28 @@ class QKNormRope:
     def qkv(self, w: dict, qkv: torch.Tensor, pos: torch.Tensor, freqs: torch.Tensor):
         """``qkv [M, (NH + 2 NKV) HD]`` (transformers' layout) with each q and k head
         RMS-normalized (``w["q_norm"]``, ``w["k_norm"]``) and rotated as transformers'
-        ``apply_rotary_pos_emb`` (``freqs``: inv_freq ``[HD/2]``); v as it is."""
+        ``apply_rotary_pos_emb`` (``freqs``: inv_freq ``[HD/2]``); v as it is; compiled on the
+        GPU (``coda_spec.nn.glue``)."""
         sh = self.shape
-        m, hd = qkv.shape[0], sh.head_dim
-        q, k, v = qkv.split([sh.heads * hd, sh.kv_heads * hd, sh.kv_heads * hd], dim=1)
-        angle = pos.to(_wide(qkv.dtype))[:, None] * freqs.to(_wide(qkv.dtype))[None, :]
-        emb = torch.cat((angle, angle), dim=-1)[:, None, :]  # [M, 1, HD]
-        cos, sin = emb.cos().to(qkv.dtype), emb.sin().to(qkv.dtype)
+        dims = (sh.heads, sh.kv_heads, sh.head_dim, sh.eps)
+        return qk_norm_rope(qkv, pos, freqs, w["q_norm"], w["k_norm"], dims)
 
-        def norm_rope(t: torch.Tensor, n: int, gamma: torch.Tensor) -> torch.Tensor:
-            t = _head_norm(t.view(m, n, hd), gamma, sh.eps)
-            return (t * cos + _rotate_half(t) * sin).reshape(m, n * hd)
 
-        q, k = norm_rope(q, sh.heads, w["q_norm"]), norm_rope(k, sh.kv_heads, w["k_norm"])
-        return torch.cat([q, k, v], dim=1)
+@compiled
+def qk_norm_rope(qkv, pos, freqs, q_norm, k_norm, dims: tuple) -> torch.Tensor:
+    """:meth:`QKNormRope.qkv`'s math; ``dims``: (heads, KV heads, head_dim, eps)."""
+    heads, kv_heads, hd, eps = dims
+    m = qkv.shape[0]
+    q, k, v = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=1)
+    angle = pos.to(_wide(qkv.dtype))[:, None] * freqs.to(_wide(qkv.dtype))[None, :]
+    emb = torch.cat((angle, angle), dim=-1)[:, None, :]  # [M, 1, HD]
+    cos, sin = emb.cos().to(qkv.dtype), emb.sin().to(qkv.dtype)
+
+    def norm_rope(t: torch.Tensor, n: int, gamma: torch.Tensor) -> torch.Tensor:
+        t = _head_norm(t.view(m, n, hd), gamma, eps)
+        return (t * cos + _rotate_half(t) * sin).reshape(m, n * hd)
+
+    return torch.cat([norm_rope(q, heads, q_norm), norm_rope(k, kv_heads, k_norm), v], dim=1)
 
 
 def inv_freq(shape: LlamaShape, dtype=torch.bfloat16, device=None) -> torch.Tensor:
