@@ -194,3 +194,14 @@ def test_build_hash_includes_the_versions_of_used_primitives(monkeypatch):
     monkeypatch.setattr(softcap, "PRIMITIVE", replace(softcap.PRIMITIVE, version=2))  # used
     assert cache_keys(check_file(spec).spec) == [["softcap", 2], ["store", 1]]
     assert _hash(spec) != before
+
+
+def test_a_row_vector_beside_a_tile_of_dynamic_width_is_an_item_error():
+    """A tile whose width is a dynamic dim (a host step over a tensor declared [D, M]) beside a
+    row vector: the error says what is wrong, with no per-head hint it cannot compute (it was a
+    TypeError from ``'M' % 1152``, found by tests/test_fuzz.py on gemma3_ffn)."""
+    from coda_spec.errors import ItemError
+    from coda_spec.primitives.base import VType, broadcast
+
+    with pytest.raises(ItemError, match="one value per column: it has 1152 values"):
+        broadcast([VType("tile", "M"), VType("row", 1152)], "'mul'")

@@ -230,7 +230,7 @@ def _width_error(types: list[VType], what: str):
     if short:
         n, w = short[0], tiles[0]
         hint = f"declare the tensor with {w} values, one per column"
-        if w % n == 0:
+        if isinstance(w, int) and isinstance(n, int) and w % n == 0:  # a dynamic width: no hint
             hint += (
                 f"; a per-head vector of {n} values repeats {w // n} times across the {w} "
                 f"columns: pass it repeated (torch: v.repeat({w // n}))"
