@@ -31,7 +31,6 @@ from tests.conftest import ROOT
 SPECS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
 BACKWARD = {  # the specs with a backward section: coda::<name>_backward
     "gemma3_ffn",
-    "gemma3_mlp",
     "llama3_first",
     "llama3_last",
     "llama3_last_mlp",

@@ -189,13 +189,6 @@ def _eager_qwen3_last_mlp(t, sizes):
     return _eager_llama3_last_mlp(t, sizes, QWEN_EPS)
 
 
-def _eager_gemma3_mlp(t, sizes):
-    """Gemma-3's GeGLU MLP (gelu tanh on the interleaved gate columns)."""
-    z = t["hn"] @ t["w_gu"].T
-    act = F.gelu(z[:, 0::2], approximate="tanh") * z[:, 1::2]
-    return {"z": z, "act": act, "d": act @ t["w_down"].T}
-
-
 def _eager_olmo2_qkv(t, sizes):
     return {"z": t["x"] @ t["w_qkv"].T}
 
@@ -316,7 +309,6 @@ EAGER = MappingProxyType(
         ),
         "llama_block": Impl(_eager_llama_block, rope_tables, _EAGER_ROPE_NOTE),
         "gemma3_ffn": Impl(_eager_gemma3_ffn),
-        "gemma3_mlp": Impl(_eager_gemma3_mlp),
         "olmo2_attn_out": Impl(_eager_olmo2_attn_out),
         "olmo2_mlp": Impl(_eager_olmo2_mlp),
         "olmo2_qkv": Impl(_eager_olmo2_qkv),
