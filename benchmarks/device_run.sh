@@ -44,6 +44,7 @@ dist|5-9 min|benchmarks/train_dist.py under torchrun, NPROC GPUs, the RUNS pairs
 ruler|4 min|coda bench of llama3_layer and llama3_last by the sustained and the isolated ruler (formerly ruler_device.sh)
 step|9 min|benchmarks/step_device.sh: the Llama step re-measured and its GEMMs with the rulers' prediction (PARTS)
 memory|1 min|benchmarks/step_device.sh PARTS=memory: memory_peak.py at the 8B-like shape, coda and Liger
+compile-warm|2-4 min|the compiled modes' first steps (WARM_MODES: hf-compile,hf-compile-nomask,coda-compile,coda-graphs) at WARM_SHAPES (the three step shapes), WARM_JOBS (6) processes at once, into the inductor cache; packed as \$OUT/inductor.tar.gz.00, .01, ... (15 MiB parts: a returned file holds 16 MiB), which a later call unpacks with INDUCTOR_TAR=.device/inductor.tar.gz (issue 33: the step table's compiled modes then fit one call)
 compile-depth|2-8 min|benchmarks/compile_depth.py: the first compiled step at LAYERS (2,4,8) of MODE (coda-compile), each its own process and cache, CPROFILE (4) profiled, DEPTH_S (120) each
 profile|1-2 min|train_step --profile of PROFILE_MODES (coda) at SHAPE (1b-2x4096), STEPS (5): the kernel families and the copy/cast/fill kernels by launch site
 tune-cap|9 min|benchmarks/tune_cap_device.sh: the llama3 builds re-tuned at the power cap (BUILDS, MS, DIMS)
@@ -62,7 +63,7 @@ issue 11: bash benchmarks/device_run.sh verify-each; then gates
 issue 18: bash benchmarks/device_run.sh host-overhead gates verify-each   (carry .old too)
 the catalogue bench at D = 4096: WIDTH=4096 MS=16384,4096 bash benchmarks/device_run.sh bench
 issue 33's step (2026-12-03, calls 3 and 4): BUDGET_S=500 VERIFY_BUILDS=build/llama3_lm_head-latest VERIFY_ARGS=\"--dims M=2048,V=16384\" VERIFY_S=60 TUNED_OLD=coda_spec/tuned/h200.json MODES=coda,coda-compile,coda-graphs,liger,hf-compile-nomask SHAPE_MODES=coda,liger,hf-compile-nomask STEP1B_S=230 STEPS=10 WARMUP=2 PARTS=\"step1b shapes\" bash benchmarks/device_run.sh verify step
-issue 33's step, the rest (not run yet): TUNED_OLD=coda_spec/tuned/h200.json MODES=hf,hf-compile SHAPE_MODES=coda-compile,coda-graphs,hf,hf-compile STEPS=10 WARMUP=2 PARTS=\"step1b shapes adamw\" bash benchmarks/device_run.sh step
+issue 33's step table in one call (2026-12-04, on one warm machine): BUDGET_S=400 WARM_JOBS=6 WARM_S=300 bash benchmarks/device_run.sh compile-warm; then BUDGET_S=580 TUNED_OLD=coda_spec/tuned/h200.json MODES=coda,coda-compile,coda-graphs,liger,hf,hf-compile-nomask,hf-compile PARTS=\"table adamw\" ADAMW_S=75 ADAMW_MODES=coda-graphs,hf-compile-nomask STEPS=10 WARMUP=2 MODE_S=120 bash benchmarks/device_run.sh step
 issue 32's rest (not run yet): the 8B-like llama3_first and llama3_layer at M = 16384, then every llama3 kernel against cuBLAS at the cap: BUILDS=\"llama3_first llama3_layer\" MS=16384 DIMS=8b BARE=0 ROUNDS=1 bash benchmarks/device_run.sh tune-cap"
 
 show_list() {
@@ -88,6 +89,17 @@ done
 source benchmarks/device_status.sh  # pipefail, the first failure's status, left, results, pack
 source .device/setup.sh
 export CODA_SETUP_DONE=1
+# torch.compile's caches (inductor's FX graphs, AOTAutograd's, the Triton kernels) in one folder:
+# compile-warm packs it, INDUCTOR_TAR (a path, e.g. .device/inductor.tar.gz) unpacks an earlier
+# call's, so a compiled mode's first step is a warm-cache one (the cold ones: compile-warm's log)
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/coda-inductor}
+mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+if [ -n "${INDUCTOR_TAR:-}" ]; then  # the parts compile-warm wrote: INDUCTOR_TAR.00, .01, ...
+  cat "$INDUCTOR_TAR".[0-9][0-9] | tar -xz -C "$TORCHINDUCTOR_CACHE_DIR" || {
+    echo "device_run.sh: error: cannot unpack INDUCTOR_TAR=$INDUCTOR_TAR.NN" >&2; exit 2; }
+  echo "inductor cache: $INDUCTOR_TAR.* unpacked into $TORCHINDUCTOR_CACHE_DIR" \
+    "($(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1))"
+fi
 
 # -- the parts the phases share --------------------------------------------------------------
 run() {  # run LOG SECONDS COMMAND...: COMMAND within the budget, its output (less DEBUG) in LOG
@@ -392,6 +404,25 @@ phase_compile_depth() {
   run compile-depth.log $(( ${DEPTH_S:-120} * 3 + 10 )) python3 benchmarks/compile_depth.py \
     --layers "${LAYERS:-2,4,8}" --mode "${MODE:-coda-compile}" --cprofile "${CPROFILE:-4}" \
     --timeout "${DEPTH_S:-120}" --out "$out"
+}
+phase_compile_warm() {  # the compiled modes' first steps, WARM_JOBS at once (their times are
+  # contended: a cache filler, not a measurement), then the cache packed for a later call
+  local shape mode pid
+  for shape in ${WARM_SHAPES:-1b-2x4096 1b-1x8192 8b-layer4-2x4096}; do
+    for mode in ${WARM_MODES:-hf-compile hf-compile-nomask coda-compile coda-graphs}; do
+      while [ "$(jobs -rp | wc -l)" -ge "${WARM_JOBS:-6}" ]; do wait -n; done
+      timeout "$(left "${WARM_S:-240}")" python3 benchmarks/train_step.py --shape "$shape" \
+        --modes "$mode" --steps 1 --warmup 0 --timeout "${WARM_S:-240}" \
+        --out "$out/warm-$shape-$mode.json" > "$out/warm-$shape-$mode.log" 2>&1 &
+    done
+  done
+  for pid in $(jobs -p); do wait "$pid"; done
+  grep -H "GiB\|failed" "$out"/warm-*.log | tee "$out/warm.txt"
+  rm -f "${OUT:-/tmp}"/inductor.tar.gz.[0-9][0-9]
+  tar -cz -C "$TORCHINDUCTOR_CACHE_DIR" . | split -b 15m -d - "${OUT:-/tmp}/inductor.tar.gz."
+  echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1), packed in" \
+    "$(ls "${OUT:-/tmp}"/inductor.tar.gz.[0-9][0-9] | wc -l) parts of at most 15 MiB" \
+    | tee -a "$out/warm.txt"
 }
 phase_profile() {
   train_step "${SHAPE:-1b-2x4096}" fwdbwd "${PROFILE_MODES:-coda}" 120 --steps "${STEPS:-5}"

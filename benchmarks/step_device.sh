@@ -19,7 +19,12 @@
 #           hf-compile-nomask (GEMM_MODES)
 #           (about 120 s: the sustained ruler over 28 kernels x ROUNDS streams, then isolated)
 #   shapes  train_step 8B-like 4 layers 2x4096 and 1B 1x8192, the same modes (about 180 s each)
-#   adamw   train_step 1B 2x4096 adamw: coda, hf-compile-nomask (about 70 s)
+#   table   train_step at every shape of SHAPES (1b-2x4096,1b-1x8192,8b-layer4-2x4096) in one
+#           invocation and one JSON, MODES at each, profiled; it leaves ADAMW_S (0) of the budget
+#           to the parts after it (issue 33's step table: about 160 s a shape for seven modes
+#           once the compiled modes' inductor cache is warm, device_run.sh compile-warm)
+#   adamw   train_step 1B 2x4096 adamw: ADAMW_MODES (coda,hf-compile-nomask), ADAMW_S (90) s
+#           (about 70 s)
 #   memory  memory_peak 8B-like: what is live at coda's and Liger's peak (about 40 s; not in the
 #           default PARTS)
 # At 560 s the last parts are cut (their JSON keeps the modes that ran, the others are rows
@@ -28,7 +33,8 @@
 # the search path, i.e. the shipped coda_spec/tuned/h200.json), TUNED_OLD (tuned_old.json),
 # MODES (coda,coda@old,liger,hf,hf-compile-nomask: compile, whose first step is the longest,
 # last, so a short budget cuts it rather than the others), SHAPE_MODES (the shapes part's modes;
-# default MODES), STEP1B_S (the step1b part's seconds, 195), PARTS.
+# default MODES), STEP1B_S (the step1b part's seconds, 195), MODE_S (one mode's time-out, 150),
+# PARTS.
 # Logs and results (step-*.json/.log, gemms.json/.md/.log) go to /tmp/coda-step/step/, packed
 # after every part into $OUT/step.tar.gz; the exit status is the first failing part's
 # (benchmarks/device_status.sh).
@@ -55,7 +61,7 @@ step() {  # step NAME SECONDS ARGS...: one train_step invocation, its table in N
   local s
   s=$(left "$secs")
   timeout "$(( s + 15 ))" python3 benchmarks/train_step.py --budget-s "$s" --steps "$STEPS" \
-    --warmup "$WARMUP" --timeout 150 --tuned-old "$TUNED_OLD" "${tuned[@]}" \
+    --warmup "$WARMUP" --timeout "${MODE_S:-150}" --tuned-old "$TUNED_OLD" "${tuned[@]}" \
     --out "$out/$name.json" "$@" 2>&1 | grep -v DEBUG | tee "$out/$name.log"
   pack
 }
@@ -74,14 +80,18 @@ for part in ${PARTS:-step1b gemms shapes adamw}; do
     step step-8b-layer4-2x4096-fwdbwd 190 --shape 8b-layer4-2x4096 --kind fwdbwd --modes "${SHAPE_MODES:-$MODES}" --profile
     step step-1b-1x8192-fwdbwd 190 --shape 1b-1x8192 --kind fwdbwd --modes "${SHAPE_MODES:-$MODES}" --profile
     ;;
-  adamw) step step-1b-2x4096-adamw 90 --shape 1b-2x4096 --kind adamw --modes coda,hf-compile-nomask ;;
+  table)
+    step step-table-fwdbwd $(( $(left 560) - ${ADAMW_S:-0} )) --kind fwdbwd --modes "$MODES" \
+      --shapes "${SHAPES:-1b-2x4096,1b-1x8192,8b-layer4-2x4096}" --profile
+    ;;
+  adamw) step step-1b-2x4096-adamw "${ADAMW_S:-90}" --shape 1b-2x4096 --kind adamw --modes "${ADAMW_MODES:-coda,hf-compile-nomask}" ;;
   memory)
     s=$(left 90)
     timeout "$s" python3 benchmarks/memory_peak.py --shape 8b-layer4-2x4096 --modes coda,liger \
       --out "$out/peak-8b.json" 2>&1 | grep -v DEBUG | tee "$out/peak-8b.log"
     pack
     ;;
-  *) echo "unknown part $part (parts: step1b gemms shapes adamw memory)" >&2; false ;;
+  *) echo "unknown part $part (parts: step1b gemms shapes table adamw memory)" >&2; false ;;
   esac
 done
 pack
