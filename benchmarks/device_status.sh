@@ -21,12 +21,14 @@ left() {  # left SECONDS: SECONDS, or what is left before the end (at least 1)
 }
 
 # The results folder of the scripts that time at the power cap: `results NAME` makes
-# /tmp/coda-NAME/NAME ($out), records the board as found (date.txt; gpu.txt: its cap, its clocks
-# and which telemetry source the samplers will find) and packs it; `pack` tars $out into
+# /tmp/coda-NAME/NAME ($out) afresh (a lent machine can keep /tmp from an earlier call, even an
+# earlier session's), records the board as found (date.txt; gpu.txt: its cap, its clocks and
+# which telemetry source the samplers will find) and packs it; `pack` tars $out into
 # $OUT/NAME.tar.gz, after every part.
 results() {
   results_name=$1
   out=/tmp/coda-$1/$1
+  rm -rf "$out"  # never pack an earlier run's logs
   mkdir -p "$out"
   date -u > "$out/date.txt"
   nvidia-smi --query-gpu=name,driver_version,power.limit,enforced.power.limit,clocks.max.sm,clocks.sm,power.draw \
