@@ -34,6 +34,7 @@ from coda_spec import ops  # noqa: E402
 from coda_spec.nn import gemma3  # noqa: E402
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_nn_llama as tl  # noqa: E402
+from tests.test_nn_hf import assert_trains_as_transformers  # noqa: E402
 
 WINDOW = 8  # < tl.S: the sliding layers' band is exercised
 TYPES = ["sliding_attention", "full_attention", "sliding_attention"]
@@ -213,3 +214,9 @@ def test_the_multimodal_model_other_heads_and_recompute_are_refused(builds):
     assert "forward" not in head.__dict__
     with pytest.raises(CodaRuntimeError, match="no recompute chains"):
         coda_spec.nn.from_hf(gemma(dtype=torch.float32), builds=builds, recompute=True)
+
+
+@pytest.mark.slow
+def test_the_patched_gemma3_trains_under_the_hf_trainer(builds, tmp_path):
+    """Two ``Trainer`` steps on the patched Gemma-3, each loss the unpatched model's."""
+    assert_trains_as_transformers(gemma(dtype=torch.float32), builds, tmp_path)

@@ -52,6 +52,43 @@ def counted(model) -> list:
     return calls
 
 
+def trainer_losses(model, tmp_path, steps: int = 2) -> list:
+    """Each step's loss of ``steps`` HF ``Trainer`` steps (AdamW, fp32 on the CPU, lr 1e-3) on
+    one seeded batch of ``tests.test_nn_llama``'s tiny shape: the drop-in check a family's
+    patched model shares with its unpatched one."""
+    pytest.importorskip("accelerate")  # the Trainer's; in the test extra
+    from transformers import Trainer, TrainingArguments
+
+    g = torch.Generator().manual_seed(3)
+    rows = torch.randint(0, tl.TINY["vocab_size"], (tl.B, tl.S), generator=g)
+    data = [{"input_ids": r, "labels": r} for r in rows]
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=tl.B,
+        max_steps=steps,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def assert_trains_as_transformers(hf, builds, tmp_path, steps: int = 2) -> None:
+    """The patched copy of ``hf`` under the Trainer: each step's loss the unpatched model's
+    (1e-4 relative) and every step through coda's chains (the LM head chain called once)."""
+    patched = coda_spec.nn.apply_to_hf(copy.deepcopy(hf), builds=builds)
+    calls = counted(patched)
+    got, want = trainer_losses(patched, tmp_path, steps), trainer_losses(hf, tmp_path, steps)
+    assert len(calls) == steps and len(got) == len(want) == steps
+    assert all(abs(a - b) <= 1e-4 * b for a, b in zip(got, want, strict=True)), (got, want)
+
+
 # -- the entry point ---------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from coda_spec import ops  # noqa: E402
 from coda_spec.nn.llama import CHAINS, LlamaForCausalLM, windowed  # noqa: E402
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_nn_llama as tl  # noqa: E402
+from tests.test_nn_hf import assert_trains_as_transformers  # noqa: E402
 
 WINDOW = 8  # < tl.S: the band mask is exercised
 
@@ -179,3 +180,9 @@ def test_what_a_mistral_config_asks_for_and_the_chains_do_not_serve_is_refused(b
     with pytest.raises(CodaRuntimeError, match="'mistral' is served as transformers' Mistral"):
         coda_spec.nn.apply_to_hf(head, builds=builds)
     assert "forward" not in head.__dict__  # nothing patched
+
+
+@pytest.mark.slow
+def test_the_patched_mistral_trains_under_the_hf_trainer(builds, tmp_path):
+    """Two ``Trainer`` steps on the patched Mistral, its window on: the unpatched losses."""
+    assert_trains_as_transformers(mistral(dtype=torch.float32), builds, tmp_path)

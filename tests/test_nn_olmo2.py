@@ -30,6 +30,7 @@ from coda_spec import ops  # noqa: E402
 from coda_spec.nn import olmo2  # noqa: E402
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_nn_llama as tl  # noqa: E402
+from tests.test_nn_hf import assert_trains_as_transformers  # noqa: E402
 
 
 def config(tied: bool = False, **over) -> Olmo2Config:
@@ -162,3 +163,9 @@ def test_what_an_olmo2_config_asks_for_and_the_chains_do_not_serve_is_refused(bu
     with pytest.raises(CodaRuntimeError, match="'olmo2' is served as transformers' Olmo2"):
         coda_spec.nn.apply_to_hf(head, builds=builds)
     assert "forward" not in head.__dict__  # nothing patched
+
+
+@pytest.mark.slow
+def test_the_patched_olmo2_trains_under_the_hf_trainer(builds, tmp_path):
+    """Two ``Trainer`` steps on the patched OLMo-2, each loss the unpatched model's."""
+    assert_trains_as_transformers(model(dtype=torch.float32), builds, tmp_path)

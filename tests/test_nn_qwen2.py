@@ -31,6 +31,7 @@ from coda_spec.nn import qwen2  # noqa: E402
 from coda_spec.nn.llama import CHAINS  # noqa: E402
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_nn_llama as tl  # noqa: E402
+from tests.test_nn_hf import assert_trains_as_transformers  # noqa: E402
 
 
 def config(tied: bool = False, **over) -> Qwen2Config:
@@ -172,38 +173,5 @@ def test_what_a_qwen2_config_asks_for_and_the_chains_do_not_serve_is_refused(bui
 
 @pytest.mark.slow
 def test_the_patched_qwen2_trains_under_the_hf_trainer(builds, tmp_path):
-    """Two ``Trainer`` steps (AdamW, fp32, the CPU reference) on the patched Qwen2: each
-    step's loss the unpatched model's under the same Trainer (1e-4 relative), each step through
-    coda's chains (the LM head chain called once per step)."""
-    pytest.importorskip("accelerate")  # the Trainer's; in the test extra
-    from transformers import Trainer, TrainingArguments
-
-    from tests.test_nn_hf import counted
-
-    g = torch.Generator().manual_seed(3)
-    rows = torch.randint(0, tl.TINY["vocab_size"], (tl.B, tl.S), generator=g)
-    data = [{"input_ids": r, "labels": r} for r in rows]
-
-    def run(hf) -> list:
-        args = TrainingArguments(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=tl.B,
-            max_steps=2,
-            learning_rate=1e-3,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            use_cpu=True,
-            disable_tqdm=True,
-            seed=0,
-        )
-        trainer = Trainer(model=hf, args=args, train_dataset=data)
-        trainer.train()
-        return [h["loss"] for h in trainer.state.log_history if "loss" in h]
-
-    hf = model(dtype=torch.float32)
-    patched = coda_spec.nn.apply_to_hf(copy.deepcopy(hf), builds=builds)
-    calls = counted(patched)
-    got, want = run(patched), run(hf)
-    assert len(calls) == 2 and len(got) == len(want) == 2
-    assert all(abs(a - b) <= 1e-4 * b for a, b in zip(got, want, strict=True)), (got, want)
+    """Two ``Trainer`` steps on the patched Qwen2, each loss the unpatched model's."""
+    assert_trains_as_transformers(model(dtype=torch.float32), builds, tmp_path)

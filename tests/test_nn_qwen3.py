@@ -31,6 +31,7 @@ from coda_spec import ops  # noqa: E402
 from coda_spec.nn import qwen3  # noqa: E402
 from coda_spec.runtime import CodaRuntimeError  # noqa: E402
 from tests import test_nn_llama as tl  # noqa: E402
+from tests.test_nn_hf import assert_trains_as_transformers  # noqa: E402
 
 CHAINS = ("qwen3_first", "qwen3_layer", "qwen3_last_mlp", "llama3_lm_head")
 
@@ -186,3 +187,9 @@ def test_what_a_qwen3_config_asks_for_and_the_chains_do_not_serve_is_refused(bui
     assert "forward" not in head.__dict__  # nothing patched
     window = {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2}
     coda_spec.nn.from_hf(Qwen3ForCausalLM(config(**window)), builds=builds)
+
+
+@pytest.mark.slow
+def test_the_patched_qwen3_trains_under_the_hf_trainer(builds, tmp_path):
+    """Two ``Trainer`` steps on the patched Qwen3, each loss the unpatched model's."""
+    assert_trains_as_transformers(model(dtype=torch.float32), builds, tmp_path)
