@@ -52,10 +52,10 @@ def counted(model) -> list:
     return calls
 
 
-def trainer_losses(model, tmp_path, steps: int = 2) -> list:
-    """Each step's loss of ``steps`` HF ``Trainer`` steps (AdamW, fp32 on the CPU, lr 1e-3) on
-    one seeded batch of ``tests.test_nn_llama``'s tiny shape: the drop-in check a family's
-    patched model shares with its unpatched one."""
+def hf_trainer(model, tmp_path, steps: int):
+    """transformers' ``Trainer`` over ``steps`` steps (AdamW, fp32 on the CPU, lr 1e-3, a loss
+    logged every step) on one seeded batch of ``tests.test_nn_llama``'s tiny shape, which is also
+    its evaluation set."""
     pytest.importorskip("accelerate")  # the Trainer's; in the test extra
     from transformers import Trainer, TrainingArguments
 
@@ -65,6 +65,7 @@ def trainer_losses(model, tmp_path, steps: int = 2) -> list:
     args = TrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=tl.B,
+        per_device_eval_batch_size=tl.B,
         max_steps=steps,
         learning_rate=1e-3,
         logging_steps=1,
@@ -74,8 +75,11 @@ def trainer_losses(model, tmp_path, steps: int = 2) -> list:
         disable_tqdm=True,
         seed=0,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=data)
-    trainer.train()
+    return Trainer(model=model, args=args, train_dataset=data, eval_dataset=data)
+
+
+def trainer_losses(trainer) -> list:
+    """Each training step's logged loss, after ``trainer.train()``."""
     return [h["loss"] for h in trainer.state.log_history if "loss" in h]
 
 
@@ -84,7 +88,11 @@ def assert_trains_as_transformers(hf, builds, tmp_path, steps: int = 2) -> None:
     (1e-4 relative) and every step through coda's chains (the LM head chain called once)."""
     patched = coda_spec.nn.apply_to_hf(copy.deepcopy(hf), builds=builds)
     calls = counted(patched)
-    got, want = trainer_losses(patched, tmp_path, steps), trainer_losses(hf, tmp_path, steps)
+    got, want = [], []
+    for model, losses in ((patched, got), (hf, want)):
+        trainer = hf_trainer(model, tmp_path, steps)
+        trainer.train()
+        losses += trainer_losses(trainer)
     assert len(calls) == steps and len(got) == len(want) == steps
     assert all(abs(a - b) <= 1e-4 * b for a, b in zip(got, want, strict=True)), (got, want)
 
@@ -223,40 +231,11 @@ def test_the_patched_model_trains_under_the_hf_trainer(builds, tmp_path):
     relative), falling at every step, every step through coda's chains; then
     ``Trainer.evaluate`` through transformers' forward (no coda call), its loss the unpatched
     model's."""
-    pytest.importorskip("accelerate")  # the Trainer's; in the test extra
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    g = torch.Generator().manual_seed(3)
-    rows = torch.randint(0, tl.TINY["vocab_size"], (tl.B, tl.S), generator=g)  # one batch
-    data = [{"input_ids": r, "labels": r} for r in rows]
-
-    class Losses(TrainerCallback):
-        def __init__(self):
-            self.seen = []
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "loss" in logs:
-                self.seen.append(logs["loss"])
 
     def run(model):
-        args = TrainingArguments(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=tl.B,
-            per_device_eval_batch_size=tl.B,
-            max_steps=4,
-            learning_rate=1e-3,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            use_cpu=True,
-            disable_tqdm=True,
-            seed=0,
-        )
-        losses = Losses()
-        trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data)
-        trainer.add_callback(losses)
+        trainer = hf_trainer(model, tmp_path, 4)
         trainer.train()
-        return losses.seen, trainer.evaluate()["eval_loss"]
+        return trainer_losses(trainer), trainer.evaluate()["eval_loss"]
 
     hf = tl.hf_model(tied=True, dtype=torch.float32)
     patched = coda_spec.nn.apply_to_hf(copy.deepcopy(hf), builds=builds)
