@@ -7,13 +7,10 @@ file round-trips through ``--plot``-free results mode."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from coda_spec.bench.model import loads
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -28,26 +25,18 @@ CASES = [(n, "sustained") for n in CHAINS] + [(CHAINS[0], "isolated")]
 def test_short_bench_runs_every_candidate(name, ruler, tmp_path):
     need_build(name)
     out = tmp_path / "out"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coda_spec.cli",
-            "bench",
-            f"specs/{name}.yaml",
-            "--m",
-            "4096",
-            "--width",
-            "2048",
-            "--rounds",
-            "3",
-            "--out",
-            str(out),
-            *RULERS[ruler],
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    res = coda_cli(
+        "bench",
+        f"specs/{name}.yaml",
+        "--m",
+        "4096",
+        "--width",
+        "2048",
+        "--rounds",
+        "3",
+        "--out",
+        out,
+        *RULERS[ruler],
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run = loads((out / "bench.json").read_text())
@@ -68,10 +57,5 @@ def test_short_bench_runs_every_candidate(name, ruler, tmp_path):
     if name == "llama_block":  # the backward rows: eager autograd vs coda's 8 gradients
         notes = run.cases[1].notes
         assert notes and notes[0].startswith("coda = eager autograd on 8 output(s)"), notes
-    again = subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "bench", str(out / "bench.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    again = coda_cli("bench", out / "bench.json")
     assert again.returncode == 0 and name in again.stdout, again.stderr

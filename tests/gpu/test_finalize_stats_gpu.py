@@ -9,23 +9,11 @@ Builds the lead makes first (GPU-blind, any machine):
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
-
-
-def _verify(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
 
 
 @pytest.mark.parametrize(
@@ -33,7 +21,7 @@ def _verify(*args):
 )
 def test_verify_passes(name, outs):
     need_build(name, f"tests/specs_extra/{name}.yaml")
-    res = _verify(f"build/{name}-latest", "--seed", "1")
+    res = coda_cli("verify", f"build/{name}-latest", "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     assert all(o in res.stdout for o in outs), res.stdout
 

@@ -9,12 +9,9 @@ Builds the lead makes first (GPU-blind, any machine):
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 
@@ -23,12 +20,7 @@ SPEC = "tests/specs_extra/fp8_gemm.yaml"
 
 def test_verify_passes_on_fp8_operands():
     need_build("fp8_gemm", SPEC)
-    res = subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", "build/fp8_gemm-latest", "--seed", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    res = coda_cli("verify", "build/fp8_gemm-latest", "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     for name in ("y", "q", "row_amax", "out"):
         assert name in res.stdout

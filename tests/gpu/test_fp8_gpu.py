@@ -9,29 +9,17 @@ Builds the lead makes first (GPU-blind, any machine):
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
-
-
-def _verify(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
 
 
 @pytest.mark.parametrize("name", ["fp8_out_amax", "fp8_out_amax_host"])
 def test_verify_passes_on_fp8_outputs(name):
     need_build(name, f"tests/specs_extra/{name}.yaml")
-    res = _verify(f"build/{name}-latest", "--seed", "1")
+    res = coda_cli("verify", f"build/{name}-latest", "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "out" in res.stdout and "row_amax" in res.stdout
 

@@ -8,27 +8,19 @@ fails, naming the command."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 SPEC = "tests/specs_extra/gqa_qknorm_rope.yaml"
 
 
-def _coda(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", *args], cwd=ROOT, capture_output=True, text=True
-    )
-
-
 def test_gqa_qknorm_rope_verifies_on_the_gpu():
     if all(importlib.util.find_spec(m) for m in ("quack", "cutlass")):
-        res = _coda("build", SPEC, "-j", "1")
+        res = coda_cli("build", SPEC, "-j", "1")
         assert res.returncode == 0, res.stdout + res.stderr
     need_build("gqa_qknorm_rope", SPEC)
-    res = _coda("verify", SPEC, "--seed", "1")
+    res = coda_cli("verify", SPEC, "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr

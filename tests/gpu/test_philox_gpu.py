@@ -16,12 +16,9 @@ Build first (no GPU needed) and carry ``build`` to the GPU machine::
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 EXTRA = "tests/specs_extra"
@@ -66,10 +63,5 @@ def test_philox_numbers_are_the_reference_bit_for_bit(m):
 def test_spec_verifies_on_the_gpu(name):
     spec = f"{EXTRA}/{name}.yaml"
     need_build(name, spec)
-    res = subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", spec, "--seed", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    res = coda_cli("verify", spec, "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr

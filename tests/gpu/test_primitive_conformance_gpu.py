@@ -12,26 +12,15 @@ GPU machine, as for the catalogue. A missing build fails, naming that command.
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 
 import pytest
 
 from coda_spec.primitives import registry
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 FOLDER = "tests/primitives"
 NAMES = list(registry())
-
-
-def _coda(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +28,7 @@ def built() -> str:
     """What ``coda build tests/primitives`` printed ('' without the [build] extra)."""
     if not all(importlib.util.find_spec(m) for m in ("quack", "cutlass")):
         return ""
-    res = _coda("build", FOLDER, "-j", "4")
+    res = coda_cli("build", FOLDER, "-j", "4")
     return res.stdout + res.stderr
 
 
@@ -52,5 +41,5 @@ def test_primitive_spec_verifies_on_the_gpu(name, built):
         if built:
             pytest.fail(f"`coda build {FOLDER}` built no prim_{name}:\n{built[-3000:]}")
         raise
-    res = _coda("verify", spec, "--seed", "1")  # the spec: its build must be current
+    res = coda_cli("verify", spec, "--seed", "1")  # the spec: its build must be current
     assert res.returncode == 0, res.stdout + res.stderr

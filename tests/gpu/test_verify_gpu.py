@@ -3,34 +3,23 @@ spec's build checked against the original spec's reference must fail (exit 3).""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, need_build
+from tests.conftest import coda_cli, need_build
 
 pytestmark = pytest.mark.gpu
 
 
-def _verify(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "coda_spec.cli", "verify", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-
-
 def test_verify_passes_on_a_correct_build():
     need_build("rmsnorm_chain")
-    res = _verify("build/rmsnorm_chain-latest", "--seed", "1", "--small")
+    res = coda_cli("verify", "build/rmsnorm_chain-latest", "--seed", "1", "--small")
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_mutant_build_fails_against_the_original_reference():
     need_build("rmsnorm_chain_mutant", "tests/gpu/mutant_rmsnorm_chain.yaml")
-    res = _verify(
+    res = coda_cli(
+        "verify",
         "build/rmsnorm_chain_mutant-latest",
         "--seed",
         "1",
@@ -48,6 +37,6 @@ def test_verify_passes_on_the_lmhead_cross_entropy_backward():
     fp64 reference, and the unfused math."""
     spec = "tests/specs_extra/lmhead_ce_bwd.yaml"
     need_build("lmhead_ce_bwd", spec)
-    res = _verify("build/lmhead_ce_bwd-latest", "--seed", "1")
+    res = coda_cli("verify", "build/lmhead_ce_bwd-latest", "--seed", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "dlogits" in res.stdout and "zdz" in res.stdout
