@@ -64,6 +64,7 @@ issue 18: bash benchmarks/device_run.sh host-overhead gates verify-each   (carry
 the catalogue bench at D = 4096: WIDTH=4096 MS=16384,4096 bash benchmarks/device_run.sh bench
 issue 33's step (2026-12-03, calls 3 and 4): BUDGET_S=500 VERIFY_BUILDS=build/llama3_lm_head-latest VERIFY_ARGS=\"--dims M=2048,V=16384\" VERIFY_S=60 TUNED_OLD=coda_spec/tuned/h200.json MODES=coda,coda-compile,coda-graphs,liger,hf-compile-nomask SHAPE_MODES=coda,liger,hf-compile-nomask STEP1B_S=230 STEPS=10 WARMUP=2 PARTS=\"step1b shapes\" bash benchmarks/device_run.sh verify step
 issue 33's step table in one call (2026-12-04, on one warm machine): BUDGET_S=400 WARM_JOBS=6 WARM_S=300 bash benchmarks/device_run.sh compile-warm; then BUDGET_S=580 TUNED_OLD=coda_spec/tuned/h200.json MODES=coda,coda-compile,coda-graphs,liger,hf,hf-compile-nomask,hf-compile PARTS=\"table adamw\" ADAMW_S=75 ADAMW_MODES=coda-graphs,hf-compile-nomask STEPS=10 WARMUP=2 MODE_S=120 bash benchmarks/device_run.sh step
+issue 35's family steps in one call (not run yet; the cache filled first, on the same machine): WARM_SHAPES=\"qwen2-1.5b-2x4096 qwen3-1.7b-2x4096 gemma3-1b-2x4096 olmo2-1b-2x4096\" WARM_MODES=hf-compile-nomask bash benchmarks/device_run.sh compile-warm; then PARITY=0 STEPS=10 WARMUP=2 MODE_S=100 bash benchmarks/device_run.sh families
 issue 32's rest (not run yet): the 8B-like llama3_first and llama3_layer at M = 16384, then every llama3 kernel against cuBLAS at the cap: BUILDS=\"llama3_first llama3_layer\" MS=16384 DIMS=8b BARE=0 ROUNDS=1 bash benchmarks/device_run.sh tune-cap"
 
 show_list() {

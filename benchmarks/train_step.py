@@ -53,6 +53,9 @@ energy per call. With ``--profile``, a torch.profiler breakdown of one step by k
 (:func:`family`): GEMM, attention, coda's own host/finalize kernels, copy/cast/fill, other; ms
 per step each, and ``total`` (the sum of kernel time; the step's ms less it is the GPU's idle
 time); and under ``copies`` the copy/cast/fill kernels by launch site (:func:`copy_sites`).
+A compiled mode's row counts the FX graphs in inductor's cache before its first step
+(``inductor_cache_entries``): more than 0, the table marks that first step "(warm)", as it may
+have loaded earlier compiles instead of compiling.
 
 MFU is model FLOPs per step (:func:`model_flops`, the same count for every mode, whatever a mode
 recomputes) / step time / ``PEAK_TFLOPS`` (the H200's dense bf16 peak, 989.4 TFLOP/s).
@@ -545,10 +548,25 @@ def need_gpu(tool: str) -> None:
         raise SystemExit(f"{tool}: no CUDA GPU here (torch.cuda.is_available() is False)")
 
 
+def inductor_cache_entries() -> int | None:
+    """The FX graphs in inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``, else torch's
+    default folder) before a compiled mode's first step: 0 means that step compiled cold, more
+    that it may have loaded earlier compiles (device_run.sh compile-warm); None when torch names
+    no such folder."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:
+        return None
+    root = os.path.join(cache_dir(), "fxgraph")
+    return sum(len(files) for _, _, files in os.walk(root)) if os.path.isdir(root) else 0
+
+
 def child(args) -> dict:
     import torch
 
     need_gpu("train_step")
+    compiled = "compile" in args.mode or "graphs" in args.mode
+    cache = inductor_cache_entries() if compiled else None
     with warnings.catch_warnings(record=True) as said:  # a stale tune table says so at load
         warnings.simplefilter("always")
         cfg, model, fn, one_step, (ids, labels), params, tuned = setup(args)
@@ -578,6 +596,7 @@ def child(args) -> dict:
         "telemetry": sampler.source,
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "first_step_s": round(first, 1),
+        "inductor_cache_entries": cache,
         "saved_mib_per_layer": None
         if saved is None
         else round(saved / cfg.num_hidden_layers / 2**20, 1),
@@ -795,7 +814,7 @@ def table(rows: list) -> str:
                 _fmt(r.get("watts"), ".0f"),
                 _fmt(r.get("j_per_step"), ".1f"),
                 *(_fmt(fams.get(f), ".1f") for f in FAMILIES),
-                _fmt(r.get("first_step_s")),
+                _fmt(r.get("first_step_s")) + (" (warm)" * bool(r.get("inductor_cache_entries"))),
             ]
         out.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
     return "\n".join(out)

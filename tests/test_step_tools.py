@@ -134,6 +134,21 @@ def test_the_step_table_and_breakdown():
         "93.8",
     ]
     assert "failed: Traceback / CUDA out of memory" in lines[3]
+    assert cells[-1] == "1.0"  # an eager mode: no cache state
+    warm = T.table([{**ok, "first_step_s": 7.8, "inductor_cache_entries": 12}]).splitlines()[2]
+    cold = T.table([{**ok, "first_step_s": 13.0, "inductor_cache_entries": 0}]).splitlines()[2]
+    assert warm.endswith("| 7.8 (warm) |") and cold.endswith("| 13.0 |")
+
+
+def test_the_inductor_cache_is_counted_where_torch_keeps_it(tmp_path, monkeypatch):
+    """``inductor_cache_entries`` reads ``TORCHINDUCTOR_CACHE_DIR``: 0 for an empty cache, one
+    per file under its ``fxgraph/`` folder."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert T.inductor_cache_entries() == 0
+    for key in ("ab/fabc", "cd/fcde"):
+        (tmp_path / "fxgraph" / key).mkdir(parents=True)
+        (tmp_path / "fxgraph" / key / "entry").write_text("x")
+    assert T.inductor_cache_entries() == 2
 
 
 def test_timed_steps_sample_the_clock_through_a_fake_nvidia_smi(tmp_path, monkeypatch):
