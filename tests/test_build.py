@@ -21,7 +21,6 @@ import sys
 import time
 
 import pytest
-import yaml
 
 from coda_spec import artifact
 from coda_spec.artifact.builddir import prune
@@ -87,7 +86,7 @@ def built(request, tmp_path_factory):
             # explicit: the untuned pick alone; a spec's own configs: (the llama3 specs list
             # eight) would multiply its compile time here, and they are built for the H200 runs.
             # A spec that lists one config (gemma3_ffn: its epilogue's registers) is built at it.
-            configs = yaml.safe_load(path.read_text()).get("configs") or []
+            configs = check_file(path).spec.configs
             opts = BuildOptions(out=out, explicit=len(configs) != 1, jobs=1)
             results[path.stem] = build_spec(path.relative_to(ROOT), opts)
         except SpecError as e:

@@ -13,24 +13,21 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from coda_spec.artifact.tune_table import BUNDLED_DIR, load_table
 from coda_spec.build import BuildOptions, build_spec
+from coda_spec.check.frontend import check_file
 from coda_spec.nn.llama import lm_head_chunk
 from tests.conftest import ROOT
 
 TABLE = BUNDLED_DIR / "h200.json"
 
 
-def _candidates(path) -> int:
-    """How many tile configs a spec lists (``configs:``; 0 without one)."""
-    return len(yaml.safe_load(path.read_text()).get("configs") or [])
-
-
 # the bundled specs with candidates to pick among (a spec may list one config alone, a fixed
 # tile with nothing to tune: gemma3_ffn's, chosen for its epilogue's registers)
-MODEL_SPECS = sorted(p for p in (ROOT / "specs").glob("*.yaml") if _candidates(p) > 1)
+MODEL_SPECS = sorted(
+    p for p in (ROOT / "specs").glob("*.yaml") if len(check_file(p).spec.configs) > 1
+)
 # the shapes benchmarks/train_step.py times: the 1B config and the 8B-like layers, 8192 tokens
 SHAPES = ({"D": 2048, "F": 8192, "HD": 64}, {"D": 4096, "F": 14336, "HD": 128})
 TOKENS = 8192
